@@ -1,0 +1,20 @@
+"""Synthetic data-generating processes for identifiability studies.
+
+Standalone: this package never imports ``identifiable_cl``. Build a process
+from a plain config dict with :func:`build_process`.
+"""
+
+from dgp import conditionals, marginals, mixing, negatives, spaces  # noqa: F401  (registration)
+from dgp.process import Batch, Process, build_process
+from dgp.registries import CONDITIONALS, MARGINALS, MIXINGS, NEGATIVES, SPACES
+
+__all__ = [
+    "Batch",
+    "Process",
+    "build_process",
+    "SPACES",
+    "MARGINALS",
+    "CONDITIONALS",
+    "NEGATIVES",
+    "MIXINGS",
+]

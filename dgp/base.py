@@ -1,0 +1,99 @@
+"""Interfaces of the components a process is made of.
+
+Every component is a ``torch.nn.Module`` whose drawn parameters are *buffers*,
+so ``state_dict`` holds them, ``.to(device)`` moves them and a fingerprint can
+hash them. Parameters are drawn once, in ``__init__``, from the generator the
+process hands over (``rng``); sampling methods take their own explicit
+``generator`` and never touch torch's global RNG.
+
+Shapes: latents are ``(batch, n)``; negatives are ``(m, n)`` when shared by all
+anchors or ``(batch, k, n)`` when drawn per anchor.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class Space(nn.Module):
+    """A latent space of dimension ``dim``."""
+
+    dim: int
+
+    def uniform(self, batch: int, generator: torch.Generator, dtype: torch.dtype) -> Tensor:
+        """``(batch, dim)`` uniform draws; a ValueError where no uniform law exists."""
+        raise ValueError(f"space {type(self).__name__} has no uniform distribution")
+
+    def contains(self, z: Tensor, atol: float = 1e-5) -> Tensor:
+        """``(batch,)`` booleans: which rows of ``z`` lie in the space."""
+        raise NotImplementedError
+
+    def project(self, z: Tensor) -> Tensor:
+        """The nearest point of the space for each row of ``z``."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class Marginal(nn.Module):
+    """p(z) on a space. Constructed as ``cls(space, rng, *, **options)``."""
+
+    space: Space
+
+    def sample(self, batch: int, generator: torch.Generator) -> Tensor:
+        """``(batch, n)`` draws from p(z)."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class Conditional(nn.Module):
+    """p(z+ | z). Constructed as ``cls(space, rng, *, **options)``."""
+
+    space: Space
+
+    def sample(self, z: Tensor, generator: torch.Generator) -> Tensor:
+        """``(batch, n)`` positives, one per row of ``z``."""
+        raise NotImplementedError
+
+    def blocks(self) -> dict[str, list[int]]:
+        """Named groups of latent dimensions (e.g. content/style); empty if none."""
+        return {}
+
+    def lambda_true(self) -> Tensor | None:
+        """Per-dimension concentrations Λ for anisotropic conditionals, else None."""
+        return None
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class Negatives(nn.Module):
+    """How negatives are drawn. Constructed as ``cls(space, rng, *, **options)``."""
+
+    def sample(self, z: Tensor, marginal: Marginal, generator: torch.Generator) -> Tensor | None:
+        """Negatives for anchors ``z``: ``(m, n)`` shared, ``(batch, k, n)`` per anchor, or None."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class Mixing(nn.Module):
+    """An invertible map g: R^n -> R^n. Constructed as ``cls(dim, rng, *, **options)``."""
+
+    def forward(self, z: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def inverse(self, x: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def condition_numbers(self) -> list[float]:
+        """2-norm condition number of each linear layer (empty when there is none)."""
+        return []
+
+    def describe(self) -> str:
+        raise NotImplementedError

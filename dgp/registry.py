@@ -1,0 +1,155 @@
+"""Named registries of components, filled by built-ins and by entry points.
+
+Both packages use this module: ``dgp`` registers spaces, marginals, conditionals,
+negatives and mixings; ``identifiable_cl`` registers losses and encoders. A
+third-party distribution adds a component without editing this repository by
+declaring an entry point in the group ``identifiable_cl.<kind>``::
+
+    [project.entry-points."identifiable_cl.losses"]
+    my_loss = "my_package.losses:MyLoss"
+
+The entry point's name is the registry name; it is loaded the first time the
+registry is queried.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Callable, Iterator, Mapping
+
+ENTRY_POINT_PREFIX = "identifiable_cl."
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered component: what it is called, the object, and where it came from."""
+
+    name: str
+    obj: Any
+    origin: str
+
+
+class Registry:
+    """A mapping from names to components of one kind (e.g. ``"losses"``).
+
+    ``register`` is used as a decorator by built-ins; entry points in the group
+    ``identifiable_cl.<kind>`` are merged in lazily. Unknown names raise a
+    ``ValueError`` that lists the available ones.
+    """
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.group = ENTRY_POINT_PREFIX + kind
+        self._entries: dict[str, Entry] = {}
+        self._entry_points_loaded = False
+        REGISTRIES[kind] = self
+
+    def register(self, name: str, *, origin: str | None = None) -> Callable[[Any], Any]:
+        """Decorator registering ``obj`` under ``name``; a name can be taken only once."""
+
+        def decorate(obj: Any) -> Any:
+            self._add(name, obj, origin or f"{obj.__module__}.{obj.__qualname__}")
+            return obj
+
+        return decorate
+
+    def _add(self, name: str, obj: Any, origin: str) -> None:
+        if name in self._entries and self._entries[name].obj is not obj:
+            raise ValueError(
+                f"{self.kind}: the name {name!r} is already registered by "
+                f"{self._entries[name].origin}; cannot register {origin} under it"
+            )
+        self._entries[name] = Entry(name, obj, origin)
+
+    def load_entry_points(self, force: bool = False) -> None:
+        """Merge in the components other distributions declare in ``self.group``."""
+        if self._entry_points_loaded and not force:
+            return
+        self._entry_points_loaded = True
+        for ep in metadata.entry_points(group=self.group):
+            if ep.name in self._entries:
+                continue
+            dist = getattr(ep, "dist", None)
+            source = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"
+            try:
+                obj = ep.load()
+            except Exception as exc:  # a broken plugin must not take the library down
+                raise ValueError(
+                    f"{self.kind}: entry point {ep.name!r} = {ep.value!r} from {source} "
+                    f"failed to load: {exc}"
+                ) from exc
+            self._add(ep.name, obj, f"entry point {ep.value} ({source})")
+
+    def _all(self) -> dict[str, Entry]:
+        self.load_entry_points()
+        return self._entries
+
+    def names(self) -> list[str]:
+        """All registered names, sorted."""
+        return sorted(self._all())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._all()
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self._all()[n] for n in self.names())
+
+    def entry(self, name: str, key: str | None = None) -> Entry:
+        """The entry called ``name``; ``key`` names the config key for the error message."""
+        entries = self._all()
+        if name not in entries:
+            where = f"{key}: " if key else ""
+            raise ValueError(
+                f"{where}unknown {self.kind[:-1] if self.kind.endswith('s') else self.kind} "
+                f"{name!r}; available: {', '.join(self.names()) or '(none)'}"
+            )
+        return entries[name]
+
+    def get(self, name: str, key: str | None = None) -> Any:
+        """The object registered as ``name``."""
+        return self.entry(name, key).obj
+
+    def build(self, spec: Mapping[str, Any] | str, *args: Any, key: str, **kwargs: Any) -> Any:
+        """Instantiate from ``{"name": ..., **options}`` (or a bare name).
+
+        ``args``/``kwargs`` are supplied by the caller (e.g. the space); the
+        spec's other entries are user options, checked against the signature so
+        a misspelt option fails with the list of allowed ones.
+        """
+        if isinstance(spec, str):
+            spec = {"name": spec}
+        if not isinstance(spec, Mapping) or "name" not in spec:
+            raise ValueError(f"{key}: expected a mapping with a 'name' entry, got {spec!r}")
+        options = {k: v for k, v in spec.items() if k != "name"}
+        obj = self.get(spec["name"], f"{key}.name")
+        allowed = user_options(obj, exclude=set(kwargs))
+        unknown = sorted(set(options) - set(allowed))
+        if unknown and not accepts_var_kwargs(obj):
+            raise ValueError(
+                f"{key}: unknown option(s) {', '.join(map(repr, unknown))} for "
+                f"{self.kind} {spec['name']!r}; allowed: {', '.join(allowed) or '(none)'}"
+            )
+        return obj(*args, **kwargs, **options)
+
+
+def _signature(obj: Any) -> inspect.Signature:
+    return inspect.signature(obj.__init__ if inspect.isclass(obj) else obj)
+
+
+def user_options(obj: Any, exclude: set[str] = frozenset()) -> list[str]:
+    """Keyword-only parameters of ``obj`` a config may set (those after ``*``)."""
+    return [
+        p.name
+        for p in _signature(obj).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in exclude
+    ]
+
+
+def accepts_var_kwargs(obj: Any) -> bool:
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in _signature(obj).parameters.values())
+
+
+REGISTRIES: dict[str, Registry] = {}
+"""Every registry created so far, by kind (for ``icl plugins``)."""

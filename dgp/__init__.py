@@ -4,7 +4,7 @@ Standalone: this package never imports ``identifiable_cl``. Build a process
 from a plain config dict with :func:`build_process`.
 """
 
-from dgp import conditionals, marginals, mixing, negatives, spaces  # noqa: F401  (registration)
+from dgp import conditionals, content_style, marginals, mixing, negatives, spaces  # noqa: F401  (registration)
 from dgp.process import Batch, Process, build_process
 from dgp.registries import CONDITIONALS, MARGINALS, MIXINGS, NEGATIVES, SPACES
 

@@ -1,0 +1,161 @@
+"""The ``icl`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import identifiable_cl
+
+OVERRIDE = re.compile(r"--?[A-Za-z_][\w.\-]*=.*", flags=re.S)
+
+TABLE_ROWS = [
+    ("linear R²", "r2_linear"),
+    ("nonlinear R²", "r2_nonlinear"),
+    ("MCC (Pearson)", "mcc_pearson"),
+    ("MCC (Spearman)", "mcc_spearman"),
+    ("block-aware MCC", "mcc_block_aware"),
+]
+
+
+def results_table(summary: Mapping[str, Any]) -> str:
+    """A short plain-text table: each metric for the trained encoder beside the identity baseline."""
+    rows = list(TABLE_ROWS)
+    rows += [(f"linear R² [{k[len('r2_linear_'):]}]", k) for k in summary if k.startswith("r2_linear_") and not k.endswith("per_dim")]
+    lines = [f"{'metric':<24}{'encoder':>10}{'identity g(z)':>16}"]
+    for label, key in rows:
+        if key in summary and isinstance(summary[key], (int, float)):
+            base = summary.get(f"identity_{key}")
+            lines.append(f"{label:<24}{summary[key]:>10.3f}{base:>16.3f}" if isinstance(base, (int, float)) else f"{label:<24}{summary[key]:>10.3f}{'':>16}")
+    if "lambda_learned" in summary:
+        lines.append("learned Λ̂: " + ", ".join(f"{v:.2f}" for v in summary["lambda_learned"]))
+    if "lambda_true" in summary:
+        lines.append("true Λ:    " + ", ".join(f"{v:.2f}" for v in summary["lambda_true"]))
+    if "steps" in summary:
+        lines.append(f"{summary['steps']} steps in {summary['wall_s']:.1f} s ({summary['steps_per_s']:.1f} steps/s)")
+    return "\n".join(lines)
+
+
+def default_run_dir(out: Path, config: Mapping[str, Any]) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = f"{stamp}-{config['loss']['name']}-{config['dgp']['conditional']['name']}-s{config['seed']}"
+    path, i = out / name, 1
+    while path.exists():
+        path, i = out / f"{name}-{i}", i + 1
+    return path
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from identifiable_cl.config import load_config, parse_overrides
+    from identifiable_cl.training import Trainer
+
+    overrides = parse_overrides(args.overrides)
+    if args.resume:
+        if args.config:
+            raise ValueError("--resume takes the config saved in the run directory; do not pass CONFIG too")
+        trainer = Trainer.resume(Path(args.resume), overrides, progress=None if not args.quiet else False)
+    else:
+        config = load_config(args.config, overrides)
+        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(Path(args.out), config)
+        trainer = Trainer.create(config, run_dir, progress=None if not args.quiet else False)
+        print(f"run directory: {run_dir}")
+        print(trainer.c.process.describe())
+    summary = trainer.run()
+    print(results_table(summary))
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from identifiable_cl.evaluate_run import evaluate_run
+
+    summary = evaluate_run(Path(args.run_dir))
+    print(results_table(summary))
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    import identifiable_cl.components  # noqa: F401  (fills every registry)
+    from dgp.registry import REGISTRIES
+
+    for kind in sorted(REGISTRIES):
+        print(f"{kind}:")
+        for entry in REGISTRIES[kind]:
+            print(f"  {entry.name:<20} {entry.origin}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from identifiable_cl.bench import run_bench
+
+    run_bench(quick=args.quick, sections=args.only)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="icl", description="Identifiability testbed for contrastive learning.")
+    parser.add_argument("--version", action="version", version=f"identifiable-cl {identifiable_cl.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser(
+        "train",
+        help="train an encoder and measure latent recovery",
+        description="Train one run. Any config key can be overridden as --dotted.key=value "
+        "(e.g. --loss.tau=0.1 --dgp.conditional.kappa=5); see identifiable_cl/config.py.",
+    )
+    p.add_argument("config", nargs="?", help="YAML config (default: the built-in default experiment)")
+    p.add_argument("--out", default="runs", help="parent folder of the new run directory (default: runs)")
+    p.add_argument("--run-dir", help="exact run directory to create")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a saved run from its last checkpoint")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train, takes_overrides=True)
+
+    p = sub.add_parser("evaluate", help="re-evaluate a saved run from its saved DGP and checkpoint")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("plugins", help="list every registered component by kind and name, with its origin")
+    p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("bench", help="print sampling, evaluation and training-speed figures")
+    p.add_argument("--quick", action="store_true", help="smaller sizes, for a fast look")
+    p.add_argument("--only", nargs="*", choices=["sampling", "evaluation", "training"], help="run only these sections")
+    p.set_defaults(func=cmd_bench)
+
+    for module, adder in (
+        ("identifiable_cl.sweeps.cli", "add_sweep_parser"),
+        ("identifiable_cl.results", "add_results_parser"),
+        ("identifiable_cl.plots", "add_plot_parser"),
+        ("identifiable_cl.reproduce", "add_reproduce_parser"),
+    ):
+        if importlib.util.find_spec(module) is not None:
+            getattr(importlib.import_module(module), adder)(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    if extra and not getattr(args, "takes_overrides", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    bad = [a for a in extra if not OVERRIDE.fullmatch(a)]
+    if bad:
+        parser.error(f"unrecognized arguments: {' '.join(bad)} (config overrides are written --dotted.key=value)")
+    args.overrides = extra
+    try:
+        return args.func(args)
+    except ValueError as exc:
+        print(f"icl {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

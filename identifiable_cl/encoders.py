@@ -1,0 +1,101 @@
+"""Encoders f: x -> h. The default is the reference MLP of Z21/vK21/R24 (REFERENCE §2).
+
+An encoder is registered in :data:`identifiable_cl.registries.ENCODERS` and
+constructed as ``cls(*, input_dim, latent_dim, **options)``: the caller supplies
+the observation dimension and the true latent dimension, the config the options.
+Its ``output_dim`` attribute is the dimension of h.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from dgp import checks
+from identifiable_cl.registries import ENCODERS
+
+ACTIVATIONS = {
+    "leaky_relu": lambda slope: nn.LeakyReLU(slope),
+    "relu": lambda slope: nn.ReLU(),
+    "tanh": lambda slope: nn.Tanh(),
+    "gelu": lambda slope: nn.GELU(),
+    "silu": lambda slope: nn.SiLU(),
+}
+NORMALIZATIONS = ("none", "sphere", "learnable_sphere", "learnable_box")
+
+
+class OutputNormalization(nn.Module):
+    """Maps raw outputs ``(B, d)`` into the output space.
+
+    ``none``: unchanged; ``sphere``: h/‖h‖ (unit sphere); ``learnable_sphere``:
+    r·h/‖h‖ with a trainable radius r (init 1); ``learnable_box``:
+    low + (high − low)·sigmoid(h) with trainable bounds (init [0, 1]).
+    """
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = checks.choice("encoder.normalize", kind, NORMALIZATIONS)
+        if kind == "learnable_sphere":
+            self.log_radius = nn.Parameter(torch.zeros(()))
+        if kind == "learnable_box":
+            self.low = nn.Parameter(torch.zeros(()))
+            self.raw_width = nn.Parameter(torch.tensor(0.5413248546))  # softplus⁻¹(1)
+
+    def forward(self, h: Tensor) -> Tensor:
+        if self.kind == "none":
+            return h
+        if self.kind == "learnable_box":
+            return self.low + F.softplus(self.raw_width) * torch.sigmoid(h)
+        unit = F.normalize(h, dim=-1)
+        return unit * self.log_radius.exp() if self.kind == "learnable_sphere" else unit
+
+    @property
+    def unit_norm(self) -> bool:
+        """True when outputs lie on the unit sphere by construction."""
+        return self.kind == "sphere"
+
+
+@ENCODERS.register("mlp")
+class MLPEncoder(nn.Module):
+    """A fully connected encoder ``(B, input_dim) -> (B, output_dim)``.
+
+    Hidden widths default to the reference ``[10n, 50n, 50n, 50n, 50n, 10n]``
+    (n = latent dim; ≈0.85 M parameters for n = 10) with LeakyReLU(0.01) after
+    each hidden layer and a linear output layer, then ``normalize``.
+    """
+
+    def __init__(
+        self,
+        *,
+        input_dim: int,
+        latent_dim: int,
+        widths: list[int] | None = None,
+        activation: str = "leaky_relu",
+        slope: float = 0.01,
+        output_dim: int | None = None,
+        normalize: str = "sphere",
+    ):
+        super().__init__()
+        n = latent_dim
+        widths = [10 * n, 50 * n, 50 * n, 50 * n, 50 * n, 10 * n] if widths is None else widths
+        if not isinstance(widths, list) or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths):
+            checks.fail("encoder.widths", widths, "a list of positive integers, or null for the reference widths")
+        checks.choice("encoder.activation", activation, ACTIVATIONS)
+        slope = checks.non_negative("encoder.slope", slope)
+        self.output_dim = n if output_dim is None else checks.integer("encoder.output_dim", output_dim, minimum=1)
+        layers: list[nn.Module] = []
+        previous = input_dim
+        for width in widths:
+            layers += [nn.Linear(previous, width), ACTIVATIONS[activation](slope)]
+            previous = width
+        layers.append(nn.Linear(previous, self.output_dim))
+        self.net = nn.Sequential(*layers)
+        self.normalization = OutputNormalization(normalize)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.normalization(self.net(x))
+
+    @property
+    def unit_norm(self) -> bool:
+        return self.normalization.unit_norm

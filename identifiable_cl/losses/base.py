@@ -1,0 +1,222 @@
+"""Shared pieces of the contrastive losses: base class, similarities, negative sets, reductions.
+
+Every loss scores an anchor encoding ``a`` against its positive ``a+`` and a set of
+negatives ``{a-_k}`` through logits ``l(a, b) = sim(a, b) / tau`` and takes, per anchor,
+
+    L = -l(a, a+) + log sum_{c in {a+} u {a-_k}} exp l(a, c)          (reduction "logsumexp")
+    L = -l(a, a+) + log mean_{c in {a+} u {a-_k}} exp l(a, c)         (reduction "logmeanexp")
+
+averaged over anchors. The positive always sits in the denominator, as in all three
+reference codes. The negative set is chosen by the ``negatives`` option:
+
+- ``symmetric`` (default): NT-Xent (SimCLR). Both views are anchors; anchor ``h_i`` has the
+  negatives ``{h_j, h+_j : j != i}`` and anchor ``h+_i`` has ``{h+_j, h_j : j != i}``:
+  2B anchors, 2B - 2 negatives each. The textbook form of R24's loss.
+- ``r24``: the arrangement of R24's official AnInfoNCE code (brendel-group/AnInfoNCE):
+  like ``symmetric``, except that the anchor ``h+_i`` gets the cross-view negatives of
+  ``h_i``, i.e. ``{h+_j : j != i} u {sim(h_i, h+_j) : j != i}``, and its positive logit is
+  ``l(h_i, h+_i)``.
+- ``one_sided``: only ``h_i`` is an anchor; negatives ``{h+_j : j != i}`` (B - 1 each).
+- ``first_view``: only ``h_i`` is an anchor; negatives are all first-view encodings
+  ``{h_j : j = 1..B}`` *including the anchor itself* (B each). Z21's code
+  (brendel-group/cl-ica) forms its negatives this way (``torch.roll`` of the first view).
+- ``independent``: the encodings of the DGP's separate negative samples, ``h_neg`` of
+  shape (M, d) shared by all anchors or (B, K, d) per anchor. vK21's code
+  (ysharma1126/ssl_identifiability) uses a fresh batch (M = B) with ``logmeanexp``.
+
+Masks of excluded pairs are built on the fly on the inputs' device for the batch at hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from typing import Any, Iterator, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dgp import checks
+
+SIMILARITIES = ("cosine", "dot", "l1", "l2", "l3")
+NEGATIVE_SETS = ("symmetric", "r24", "one_sided", "first_view", "independent")
+REDUCTIONS = ("logsumexp", "logmeanexp")
+
+_KEY_PREFIX: contextvars.ContextVar[str] = contextvars.ContextVar("loss_key_prefix", default="loss")
+
+
+def option_key(name: str) -> str:
+    """The dotted config key of option ``name`` of the loss being built, e.g. ``loss.tau``."""
+    return f"{_KEY_PREFIX.get()}.{name}"
+
+
+@contextlib.contextmanager
+def key_scope(prefix: str) -> Iterator[None]:
+    """Losses built inside this block name their options ``<prefix>.<option>``."""
+    token = _KEY_PREFIX.set(prefix)
+    try:
+        yield
+    finally:
+        _KEY_PREFIX.reset(token)
+
+
+def check_lr(value: Any) -> float | None:
+    """``None`` (the trainer's loss lr) or a positive learning rate for the loss parameters."""
+    return None if value is None else checks.positive(option_key("lr"), value)
+
+
+def check_dim(value: Any) -> int:
+    return checks.integer(option_key("dim"), value, minimum=1)
+
+
+def pairwise_similarity(a: Tensor, b: Tensor, kind: str) -> Tensor:
+    """All-pairs similarity ``(..., n, m)`` of rows ``a (..., n, d)`` and ``b (..., m, d)``.
+
+    ``dot``: aᵀb. ``lp`` (p = 1, 2, 3): -||a - b||_p^p = -sum_k |a_k - b_k|^p, computed
+    without the matrix-product shortcut so that equal rows give exactly 0.
+    """
+    if kind == "dot":
+        return a @ b.transpose(-1, -2)
+    p = _lp_exponent(kind)
+    dist = torch.cdist(a, b, p=float(p), compute_mode="donot_use_mm_for_euclid_dist")
+    return -dist.pow(p)
+
+
+def paired_similarity(a: Tensor, b: Tensor, kind: str) -> Tensor:
+    """Row-wise similarity ``(...)`` of ``a (..., d)`` and ``b (..., d)`` (see ``pairwise_similarity``)."""
+    if kind == "dot":
+        return (a * b).sum(-1)
+    p = _lp_exponent(kind)
+    return -(a - b).abs().pow(p).sum(-1)
+
+
+def _lp_exponent(kind: str) -> int:
+    if kind not in ("l1", "l2", "l3"):
+        raise ValueError(f"unknown similarity {kind!r}; allowed: 'dot', 'l1', 'l2', 'l3'")
+    return int(kind[1])
+
+
+class Terms(NamedTuple):
+    """Similarities of each anchor to its positive ``pos (R,)`` and negatives ``neg (R, K)``.
+
+    Excluded pairs of ``neg`` hold ``-inf``; every row has exactly ``n_neg`` finite entries.
+    """
+
+    pos: Tensor
+    neg: Tensor
+    n_neg: int
+
+
+def _without_diagonal(s: Tensor) -> Tensor:
+    eye = torch.eye(s.shape[-1], dtype=torch.bool, device=s.device)
+    return s.masked_fill(eye, float("-inf"))
+
+
+def assemble(
+    negatives: str, h: Tensor, h_pos: Tensor, h_neg: Tensor | None, kind: str
+) -> Terms:
+    """Similarities for the negative set ``negatives`` (module docstring).
+
+    h, h_pos: (B, d); h_neg: None, (M, d) or (B, K, d). ``kind`` as in ``pairwise_similarity``.
+    Rows R = 2B for ``symmetric``/``r24``, else B.
+    """
+    batch = h.shape[0]
+    if negatives == "independent":
+        pos = paired_similarity(h, h_pos, kind)
+        if h_neg is None:
+            raise ValueError(
+                f"{option_key('negatives')}='independent' needs the encodings of the DGP's "
+                "negative samples (h_neg), but none were given; configure a negatives sampler"
+            )
+        if h_neg.dim() == 2:
+            return Terms(pos, pairwise_similarity(h, h_neg, kind), h_neg.shape[0])
+        if h_neg.dim() == 3 and h_neg.shape[0] == batch:
+            neg = pairwise_similarity(h.unsqueeze(1), h_neg, kind).squeeze(1)
+            return Terms(pos, neg, h_neg.shape[1])
+        raise ValueError(
+            f"h_neg must have shape (M, d) or (B={batch}, K, d); got {tuple(h_neg.shape)}"
+        )
+    if batch < 2:
+        raise ValueError(
+            f"{option_key('negatives')}={negatives!r} draws negatives from the batch and needs "
+            f"at least 2 samples; got a batch of {batch}"
+        )
+    pos = paired_similarity(h, h_pos, kind)
+    if negatives == "first_view":
+        return Terms(pos, pairwise_similarity(h, h, kind), batch)
+    cross = _without_diagonal(pairwise_similarity(h, h_pos, kind))
+    if negatives == "one_sided":
+        return Terms(pos, cross, batch - 1)
+    same_a = _without_diagonal(pairwise_similarity(h, h, kind))
+    same_b = _without_diagonal(pairwise_similarity(h_pos, h_pos, kind))
+    cross_b = cross if negatives == "r24" else cross.transpose(0, 1)
+    neg = torch.cat([torch.cat([same_a, cross], 1), torch.cat([same_b, cross_b], 1)], 0)
+    return Terms(torch.cat([pos, pos]), neg, 2 * batch - 2)
+
+
+def infonce_rows(pos: Tensor, neg: Tensor, n_neg: int, reduction: str) -> Tensor:
+    """Per-anchor InfoNCE ``(R,)`` from logits ``pos (R,)`` and ``neg (R, K)`` (-inf = excluded).
+
+    -pos + log sum exp([pos, neg]), minus log(1 + n_neg) for ``logmeanexp``.
+    """
+    total = torch.logsumexp(torch.cat([pos.unsqueeze(1), neg], 1), dim=1)
+    if reduction == "logmeanexp":
+        total = total - math.log(1 + n_neg)
+    return total - pos
+
+
+def check_inputs(h: Tensor, h_pos: Tensor, dim: int) -> None:
+    if h.dim() != 2 or h.shape != h_pos.shape:
+        raise ValueError(
+            f"h and h_pos must both have shape (B, d); got {tuple(h.shape)} and {tuple(h_pos.shape)}"
+        )
+    if h.shape[1] != dim:
+        raise ValueError(f"the loss was built for dim={dim}, got encodings of dim {h.shape[1]}")
+
+
+class Temperature(nn.Module):
+    """The temperature tau > 0, fixed or learnt as ``tau = exp(log_tau)``."""
+
+    def __init__(self, tau: float, learn: bool):
+        super().__init__()
+        self.learn = learn
+        if learn:
+            self.log_tau = nn.Parameter(torch.tensor(math.log(tau)))
+        else:
+            self.fixed = tau
+
+    def value(self) -> Tensor | float:
+        return self.log_tau.exp() if self.learn else self.fixed
+
+    def item(self) -> float:
+        return float(self.log_tau.detach().exp()) if self.learn else self.fixed
+
+
+class ContrastiveLoss(nn.Module):
+    """Base of all losses. Built as ``cls(*, dim, **options)``; ``dim`` = encoder output dim.
+
+    ``forward(h (B, d), h_pos (B, d), h_neg=None | (M, d) | (B, K, d)) -> scalar``.
+    ``requires_negatives``: the loss uses the DGP's separate negatives (``h_neg``); other
+    losses ignore ``h_neg``. ``needs_unit_norm``: the encoder should output unit vectors.
+    ``lr``: learning rate of the loss's own parameters (None = the trainer's default).
+    """
+
+    requires_negatives: bool = False
+    needs_unit_norm: bool = False
+    lr: float | None = None
+
+    def logs(self) -> dict[str, float | list[float]]:
+        """Scalars and vectors worth logging (learnt temperature, learnt Λ̂, ...)."""
+        return {}
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Optimizer groups ``{"params": [...], "lr": float | None}`` of the loss's parameters."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        return [{"params": params, "lr": self.lr}] if params else []
+
+
+def normalise(*xs: Tensor | None) -> tuple[Tensor | None, ...]:
+    """Each tensor scaled to unit L2 norm along its last axis (None passes through)."""
+    return tuple(None if x is None else F.normalize(x, dim=-1) for x in xs)

@@ -1,0 +1,105 @@
+"""InfoNCE with a chosen similarity, negative set and reduction (Z21, vK21, R24)."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from dgp import checks
+from identifiable_cl.losses.base import (
+    NEGATIVE_SETS,
+    REDUCTIONS,
+    SIMILARITIES,
+    ContrastiveLoss,
+    Temperature,
+    Terms,
+    assemble,
+    check_dim,
+    check_inputs,
+    check_lr,
+    infonce_rows,
+    normalise,
+    option_key,
+)
+from identifiable_cl.registries import LOSSES
+
+
+@LOSSES.register("infonce")
+class InfoNCE(ContrastiveLoss):
+    """InfoNCE (Z21 eq. 1; Oord et al. 2018):
+
+        L = mean over anchors of  -l(a, a+) + log sum_{c in {a+} u N(a)} exp l(a, c),
+        l(a, b) = sim(a, b) / tau,
+
+    with ``log mean`` in place of ``log sum`` for ``reduction="logmeanexp"``.
+
+    Options:
+        similarity: ``cosine`` (aᵀb / (||a|| ||b||); the encoder should output unit vectors),
+            ``dot`` (aᵀb), or ``l1``/``l2``/``l3`` (-||a - b||_p^p, p = 1, 2, 3: the Laplace,
+            Gaussian and generalised-normal conditionals of Z21).
+        tau: temperature > 0 (Z21 default 1).
+        learn_tau: learn tau (parametrised as exp(log tau), started at ``tau``).
+        negatives: the negative set N(a), see ``identifiable_cl.losses.base``.
+        reduction: ``logsumexp`` or ``logmeanexp``.
+        lr: learning rate of the learnt tau (None = the trainer's loss lr).
+
+    Reference codes reproduced exactly:
+        Z21 (cl-ica, LpSimCLRLoss with simclr_compatibility_mode / SimCLRLoss on the fixed
+        unit sphere): negatives="first_view", reduction="logsumexp", similarity l1/l2/l3 or
+        dot (cosine gives the same on unit-norm outputs).
+        vK21 (ssl_identifiability, LpSimCLRLoss defaults): negatives="independent" with a
+        shared fresh batch, reduction="logmeanexp", similarity="l2", tau=1.
+        R24 (AnInfoNCE code): negatives="r24", reduction="logsumexp" (see ``aninfonce``).
+    """
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        similarity: str = "cosine",
+        tau: float = 1.0,
+        learn_tau: bool = False,
+        negatives: str = "symmetric",
+        reduction: str = "logsumexp",
+        lr: float | None = None,
+    ):
+        super().__init__()
+        self.dim = check_dim(dim)
+        self.similarity = checks.choice(option_key("similarity"), similarity, SIMILARITIES)
+        self.temperature = Temperature(
+            checks.positive(option_key("tau"), tau),
+            checks.boolean(option_key("learn_tau"), learn_tau),
+        )
+        self.negatives = checks.choice(option_key("negatives"), negatives, NEGATIVE_SETS)
+        self.reduction = checks.choice(option_key("reduction"), reduction, REDUCTIONS)
+        self.lr = check_lr(lr)
+        self.requires_negatives = self.negatives == "independent"
+        self.needs_unit_norm = self.similarity == "cosine"
+
+    def terms(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Terms:
+        """Logits sim / tau of positives ``(R,)`` and negatives ``(R, K)`` (-inf = excluded)."""
+        check_inputs(h, h_pos, self.dim)
+        if not self.requires_negatives:
+            h_neg = None
+        kind = self.similarity
+        if kind == "cosine":
+            h, h_pos, h_neg = normalise(h, h_pos, h_neg)
+            kind = "dot"
+        sims = assemble(self.negatives, h, h_pos, h_neg, kind)
+        tau = self.temperature.value()
+        return Terms(sims.pos / tau, sims.neg / tau, sims.n_neg)
+
+    def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
+        """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
+        t = self.terms(h, h_pos, h_neg)
+        return infonce_rows(t.pos, t.neg, t.n_neg, self.reduction).mean()
+
+    def logs(self) -> dict[str, float | list[float]]:
+        return {"tau": self.temperature.item()}
+
+    def extra_repr(self) -> str:
+        return (
+            f"similarity={self.similarity!r}, tau={self.temperature.item():g}, "
+            f"learn_tau={self.temperature.learn}, negatives={self.negatives!r}, "
+            f"reduction={self.reduction!r}"
+        )
+

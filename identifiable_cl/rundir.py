@@ -1,0 +1,147 @@
+"""The files of one run. Everything is written atomically (temporary file, then rename).
+
+::
+
+    RUN_DIR/
+      config.yaml     resolved config
+      meta.json       version, git revision, command, device, start time
+      dgp.pt          the process: config, seed, drawn parameters, fingerprint
+      checkpoint.pt   encoder, loss, optimizer, RNG states, step
+      metrics.jsonl   one record per logging/evaluation step
+      summary.json    final metrics (written last: its presence marks a finished run)
+      readout.npz     true vs linearly read-out latents of the final evaluation
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import torch
+import yaml
+
+import identifiable_cl
+
+CONFIG, META, DGP, CHECKPOINT, METRICS, SUMMARY, READOUT = (
+    "config.yaml",
+    "meta.json",
+    "dgp.pt",
+    "checkpoint.pt",
+    "metrics.jsonl",
+    "summary.json",
+    "readout.npz",
+)
+
+
+def _atomic(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else (1e308 if value > 0 else -1e308)
+    if isinstance(value, torch.Tensor):
+        return _jsonable(value.tolist())
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def write_text(path: Path, text: str) -> None:
+    _atomic(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    write_text(path, json.dumps(_jsonable(data), indent=2) + "\n")
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())
+
+
+def save_torch(path: Path, obj: Any) -> None:
+    _atomic(path, lambda tmp: torch.save(obj, tmp))
+
+
+def load_torch(path: Path) -> Any:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def write_config(run_dir: Path, config: Mapping[str, Any]) -> None:
+    write_text(run_dir / CONFIG, yaml.safe_dump(dict(config), sort_keys=False))
+
+
+def read_config(run_dir: Path) -> dict[str, Any]:
+    return yaml.safe_load((Path(run_dir) / CONFIG).read_text())
+
+
+def append_metrics(run_dir: Path, records: Iterable[Mapping[str, Any]]) -> None:
+    with open(run_dir / METRICS, "a") as f:
+        for record in records:
+            f.write(json.dumps(_jsonable(record)) + "\n")
+        f.flush()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / METRICS
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def truncate_metrics(run_dir: Path, last_step: int) -> None:
+    """Keep only records up to ``last_step`` (those after a checkpoint are replayed on resume)."""
+    kept = [r for r in read_metrics(run_dir) if r["step"] <= last_step]
+    write_text(run_dir / METRICS, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+def git_revision() -> str | None:
+    """The git revision of the source tree this package was imported from (``+dirty`` if modified)."""
+    source = Path(identifiable_cl.__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True, timeout=5)
+        if rev.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=source, capture_output=True, text=True, timeout=5
+        )
+        return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def meta(device: torch.device) -> dict[str, Any]:
+    return {
+        "version": identifiable_cl.__version__,
+        "git_revision": git_revision(),
+        "command": sys.argv,
+        "device": str(device),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def is_run_dir(path: Path) -> bool:
+    path = Path(path)
+    return (path / CONFIG).is_file() and (path / DGP).is_file()

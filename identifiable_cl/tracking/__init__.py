@@ -1,0 +1,33 @@
+"""Where a run reports besides its own files.
+
+The run directory is the source of truth (``metrics.jsonl``, ``summary.json``);
+a :class:`Tracker` mirrors the same records elsewhere, e.g. to Weights & Biases.
+The trainer calls, in order: ``log`` for each metrics record, ``log_figures``
+after figures are drawn, ``finish`` with the summary (or with ``None`` when
+the run failed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+
+class Tracker:
+    """A tracker that records nothing (the base of all trackers)."""
+
+    def log(self, step: int, record: Mapping[str, Any]) -> None:
+        """One record of ``metrics.jsonl`` at training step ``step``."""
+
+    def log_figures(self, step: int, figures: Mapping[str, Path]) -> None:
+        """PNG files written into the run directory, by name."""
+
+    def finish(self, summary: Mapping[str, Any] | None) -> None:
+        """The final summary, or None when the run stopped with an error."""
+
+
+def open_tracker(config: Mapping[str, Any], run_dir: Path) -> Tracker:
+    """The W&B tracker when the ``wandb`` extra is installed and not disabled, else a silent one."""
+    from identifiable_cl.tracking.wandb import open_wandb
+
+    return open_wandb(config, run_dir) or Tracker()

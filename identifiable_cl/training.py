@@ -1,0 +1,348 @@
+"""The trainer: fresh batches from the DGP, encoder, loss, Adam; periodic held-out evaluation.
+
+A run is data flowing one way: config → process (built once, seeded) → batches
+→ encoder → loss → optimizer; at evaluation: fresh held-out z → h = f(g(z)) →
+metrics. Everything is built and checked before the run directory is created,
+so invalid input leaves nothing on disk.
+
+Random streams, all derived from ``config["seed"]`` by name: ``dgp.*`` (the
+process's parameters), ``model`` (initial weights), ``train.batches`` (the
+training batches) and ``eval.<step>`` (the held-out sample of each evaluation,
+so evaluation never disturbs training and a resumed run evaluates exactly as an
+uninterrupted one).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+import dgp
+from dgp.checks import fail
+from dgp.seeding import stream_seed
+from identifiable_cl import __version__, rundir
+from identifiable_cl.components import build_encoder, build_loss
+from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recovery
+from identifiable_cl.tracking import Tracker, open_tracker
+
+SUMMARY_KEYS = ("r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman")
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or inf; the last good checkpoint is kept."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → CUDA when present, else CPU; ``cuda`` without a GPU is an error naming the key."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        fail("device", name, "CUDA is not available on this machine; use auto or cpu")
+    return device
+
+
+@dataclass
+class Components:
+    """Everything a run trains with, built from a validated config."""
+
+    config: dict[str, Any]
+    device: torch.device
+    process: dgp.Process
+    encoder: nn.Module
+    loss: nn.Module
+    optimizer: torch.optim.Optimizer
+    batches: torch.Generator
+    step: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Components:
+    """Build process, encoder, loss and optimizer; check that they fit together."""
+    config = copy.deepcopy(dict(config))
+    device = resolve_device(config["device"])
+    seed = config["seed"]
+    if process is None:
+        process = dgp.build_process(config["dgp"], seed=seed)
+    process = process.to(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(stream_seed(seed, "model"))
+        encoder = build_encoder(config["encoder"], process.dim, process.dim)
+        loss = build_loss(config["loss"], encoder.output_dim)
+    encoder = encoder.to(device=device, dtype=process.dtype)
+    loss = loss.to(device=device, dtype=process.dtype)
+    if getattr(loss, "needs_unit_norm", False) and not getattr(encoder, "unit_norm", False):
+        fail(
+            "encoder.normalize",
+            config["encoder"].get("normalize"),
+            f"loss {config['loss']['name']!r} with cosine similarity needs unit-norm outputs: use 'sphere'",
+        )
+    if getattr(loss, "requires_negatives", False) and config["dgp"]["negatives"]["name"] == "none":
+        fail(
+            "dgp.negatives.name",
+            "none",
+            f"loss {config['loss']['name']!r} uses the DGP's separate negatives: set dgp.negatives.name "
+            f"to one of {', '.join(n for n in dgp.NEGATIVES.names() if n != 'none')}",
+        )
+    groups = [{"params": list(encoder.parameters()), "lr": config["optim"]["lr"], "name": "encoder"}]
+    loss_params = list(loss.parameters())
+    if loss_params:
+        lr = getattr(loss, "lr", None) or config["optim"]["loss_lr"]
+        groups.append({"params": loss_params, "lr": lr, "name": "loss"})
+    optimizer = torch.optim.Adam(groups, weight_decay=config["optim"]["weight_decay"])
+    batches = process.make_generator(stream_seed(seed, "train.batches"))
+    return Components(config, device, process, encoder, loss, optimizer, batches)
+
+
+def train_step(c: Components) -> Tensor:
+    """One step on a fresh batch; returns the loss as a device tensor (no host synchronisation)."""
+    batch = c.process.sample(c.config["train"]["batch_size"], c.batches)
+    parts = [batch.x, batch.x_pos] + ([batch.x_neg.reshape(-1, c.process.dim)] if batch.x_neg is not None else [])
+    h_all = c.encoder(torch.cat(parts))
+    size = batch.x.shape[0]
+    h, h_pos = h_all[:size], h_all[size : 2 * size]
+    h_neg = h_all[2 * size :].reshape(*batch.x_neg.shape[:-1], -1) if batch.x_neg is not None else None
+    loss = c.loss(h, h_pos, h_neg)
+    c.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    clip = c.config["optim"]["grad_clip"]
+    if clip is not None:
+        nn.utils.clip_grad_norm_([p for g in c.optimizer.param_groups for p in g["params"]], clip)
+    c.optimizer.step()
+    return loss.detach()
+
+
+def encode_fn(encoder: nn.Module) -> Callable[[Tensor], Tensor]:
+    def encode(x: Tensor) -> Tensor:
+        was_training = encoder.training
+        encoder.eval()
+        with torch.no_grad():
+            h = encoder(x)
+        encoder.train(was_training)
+        return h
+
+    return encode
+
+
+def evaluation(c: Components, final: bool) -> dict[str, Any]:
+    """Held-out metrics at the current step (the final evaluation uses the larger sample sizes)."""
+    e = c.config["eval"]
+    generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.step}"))
+    metrics = evaluate(
+        encode_fn(c.encoder),
+        c.process,
+        generator,
+        n_fit=e["final_n_fit"] if final else e["n_fit"],
+        n_test=e["final_n_test"] if final else e["n_test"],
+        nonlinear=e["nonlinear"],
+        in_sample=e["in_sample"],
+    )
+    metrics.update(loss_metrics(c, metrics))
+    return metrics
+
+
+def loss_metrics(c: Components, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The loss's own parameters (τ, Λ̂ ...) and, when both exist, Λ recovery against the truth."""
+    out: dict[str, Any] = dict(c.loss.logs()) if hasattr(c.loss, "logs") else {}
+    learned = getattr(c.loss, "lambda_hat", None)
+    truth = c.process.lambda_true
+    if learned is not None:
+        out["lambda_learned"] = learned.detach().cpu().tolist()
+    if truth is not None:
+        out["lambda_true"] = truth.cpu().tolist()
+    if learned is not None and truth is not None and "mcc_matching" in metrics and len(out["lambda_learned"]) == len(out["lambda_true"]):
+        rec = lambda_recovery(learned.detach().cpu(), truth.cpu(), metrics["mcc_matching"])
+        out.update({f"lambda_{k}": v for k, v in rec.items()})
+    return out
+
+
+def checkpoint_state(c: Components) -> dict[str, Any]:
+    state = {
+        "step": c.step,
+        "encoder": c.encoder.state_dict(),
+        "loss": c.loss.state_dict(),
+        "optimizer": c.optimizer.state_dict(),
+        "rng": {"batches": c.batches.get_state(), "torch": torch.get_rng_state()},
+        "extra": c.extra,
+    }
+    if torch.cuda.is_available():
+        state["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore(c: Components, state: Mapping[str, Any]) -> None:
+    c.step = int(state["step"])
+    c.encoder.load_state_dict(state["encoder"])
+    c.loss.load_state_dict(state["loss"])
+    c.optimizer.load_state_dict(state["optimizer"])
+    c.batches.set_state(state["rng"]["batches"])
+    torch.set_rng_state(state["rng"]["torch"])
+    if "cuda" in state["rng"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    c.extra = dict(state.get("extra", {}))
+
+
+class Trainer:
+    """Runs one training job into a run directory. ``run()`` returns the summary dict."""
+
+    def __init__(self, c: Components, run_dir: Path, resumed: bool, progress: bool | None = None):
+        self.c = c
+        self.run_dir = Path(run_dir)
+        self.resumed = resumed
+        self.progress = progress
+        self.tracker: Tracker = Tracker()
+
+    @classmethod
+    def create(cls, config: Mapping[str, Any], run_dir: Path, progress: bool | None = None) -> "Trainer":
+        """A new run: everything is built first, then the directory is written."""
+        c = build(config)
+        run_dir = Path(run_dir)
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise ValueError(f"run directory {str(run_dir)!r} exists and is not empty; use --resume to continue it")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        rundir.write_config(run_dir, c.config)
+        rundir.write_json(run_dir / rundir.META, rundir.meta(c.device))
+        rundir.save_torch(run_dir / rundir.DGP, c.process.to_file())
+        return cls(c, run_dir, resumed=False, progress=progress)
+
+    @classmethod
+    def resume(cls, run_dir: Path, overrides: Mapping[str, Any] | None = None, progress: bool | None = None) -> "Trainer":
+        """Continue a saved run exactly where its last checkpoint left it.
+
+        Only ``train.*``, ``eval.*``, ``device`` and ``wandb.*`` may be overridden.
+        """
+        from identifiable_cl.config import merge_layer, validate
+
+        run_dir = Path(run_dir)
+        if not rundir.is_run_dir(run_dir):
+            raise ValueError(f"--resume {str(run_dir)!r}: not a run directory (no {rundir.CONFIG} and {rundir.DGP})")
+        config = rundir.read_config(run_dir)
+        for key in overrides or {}:
+            if not key.split(".")[0] in ("train", "eval", "device", "wandb"):
+                fail(key, overrides[key], "cannot be changed on resume; only train.*, eval.*, device and wandb.* can")
+        config = merge_layer(config, overrides or {}, "the command line")
+        validate(config)
+        process = dgp.load_process(rundir.load_torch(run_dir / rundir.DGP))
+        c = build(config, process=process)
+        if (run_dir / rundir.CHECKPOINT).exists():
+            restore(c, rundir.load_torch(run_dir / rundir.CHECKPOINT))
+        rundir.truncate_metrics(run_dir, c.step)
+        rundir.write_config(run_dir, c.config)
+        (run_dir / rundir.SUMMARY).unlink(missing_ok=True)
+        return cls(c, run_dir, resumed=True, progress=progress)
+
+    def save_checkpoint(self) -> None:
+        rundir.save_torch(self.run_dir / rundir.CHECKPOINT, checkpoint_state(self.c))
+
+    def record(self, record: dict[str, Any]) -> None:
+        rundir.append_metrics(self.run_dir, [record])
+        self.tracker.log(record["step"], record)
+
+    def run(self) -> dict[str, Any]:
+        c, t = self.c, self.c.config["train"]
+        self.tracker = open_tracker(c.config, self.run_dir)
+        try:
+            summary = self._loop(t)
+        except BaseException:
+            self.tracker.finish(None)
+            raise
+        self.tracker.finish(summary)
+        return summary
+
+    def _identity(self) -> dict[str, Any]:
+        if "identity" not in self.c.extra:
+            e = self.c.config["eval"]
+            generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.identity"))
+            base = identity_baseline(
+                self.c.process, generator, n_fit=e["final_n_fit"], n_test=e["final_n_test"],
+                nonlinear=e["nonlinear"], in_sample=e["in_sample"],
+            )
+            self.c.extra["identity"] = {k: v for k, v in base.items() if not k.startswith("identity_mcc_matching")}
+        return self.c.extra["identity"]
+
+    def _loop(self, t: Mapping[str, Any]) -> dict[str, Any]:
+        c = self.c
+        identity = self._identity()
+        if c.step == 0:
+            self.save_checkpoint()
+        bar = tqdm(total=t["steps"], initial=c.step, disable=self.progress is False or None, dynamic_ncols=True, desc="train")
+        running = torch.zeros((), device=c.device, dtype=torch.float64)
+        finite = torch.ones((), device=c.device, dtype=torch.bool)
+        count, latest, started, start_step = 0, {}, time.perf_counter(), c.step
+        while c.step < t["steps"]:
+            loss = train_step(c)
+            c.step += 1
+            running += loss
+            finite &= torch.isfinite(loss)
+            count += 1
+            log_now = c.step % t["log_every"] == 0
+            eval_now = c.step % t["eval_every"] == 0 or c.step == t["steps"]
+            ckpt_now = c.step % t["checkpoint_every"] == 0 or c.step == t["steps"]
+            if log_now or eval_now or ckpt_now:
+                if not bool(finite):
+                    raise NonFiniteLoss(
+                        f"the loss became NaN or inf between steps {c.step - count + 1} and {c.step}; stopped. "
+                        f"The last good checkpoint in {self.run_dir} is kept (try a lower optim.lr or optim.grad_clip)."
+                    )
+                record: dict[str, Any] = {"step": c.step, "loss": running.item() / count}
+                running.zero_()
+                count = 0
+                if eval_now:
+                    metrics = evaluation(c, final=c.step == t["steps"])
+                    latest = metrics
+                    record.update({k: v for k, v in metrics.items() if k != "mcc_matching"})
+                    bar.set_postfix(
+                        loss=f"{record['loss']:.4f}", r2=f"{metrics['r2_linear']:.3f}", mcc=f"{metrics['mcc_pearson']:.3f}",
+                        refresh=False,
+                    )
+                else:
+                    bar.set_postfix(loss=f"{record['loss']:.4f}", refresh=False)
+                self.record(record)
+                if ckpt_now:
+                    self.save_checkpoint()
+            bar.update(1)
+        bar.close()
+        wall = time.perf_counter() - started
+        if not latest:  # resumed a finished run: evaluate its final state once more
+            latest = evaluation(c, final=True)
+        c.extra["wall_s"] = c.extra.get("wall_s", 0.0) + wall
+        c.extra["steps_timed"] = c.extra.get("steps_timed", 0) + (c.step - start_step)
+        self.save_checkpoint()
+        summary = self.summarize(latest, identity)
+        self._readout()
+        rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
+        return summary
+
+    def summarize(self, metrics: Mapping[str, Any], identity: Mapping[str, Any]) -> dict[str, Any]:
+        c = self.c
+        summary = {k: v for k, v in metrics.items() if k != "mcc_matching"}
+        summary.update(identity)
+        wall = c.extra["wall_s"]
+        summary.update(
+            steps=c.step,
+            wall_s=wall,
+            steps_per_s=c.extra["steps_timed"] / wall if wall > 0 else math.nan,
+            seed=c.config["seed"],
+            dgp_fingerprint=c.process.fingerprint(),
+            version=__version__,
+        )
+        return summary
+
+    def _readout(self) -> None:
+        """Save true vs linearly read-out test latents (for the recovery scatter plots)."""
+        from identifiable_cl.evaluation import linear_readout
+
+        generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.readout"))
+        z, z_hat, per_dim = linear_readout(encode_fn(self.c.encoder), self.c.process, generator, n_fit=4096, n_test=2048)
+        import numpy as np
+
+        path = self.run_dir / rundir.READOUT
+        rundir._atomic(path, lambda tmp: np.savez(open(tmp, "wb"), z=z, z_hat=z_hat, r2_per_dim=per_dim))

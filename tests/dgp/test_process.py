@@ -1,0 +1,123 @@
+import pytest
+import torch
+
+import dgp
+from dgp.process import load_process
+
+SMALL_MLP = {"name": "mlp", "cond_draws": 500}
+CONFIGS = {
+    "sphere_vmf": {"conditional": {"name": "vmf", "kappa": 5.0}, "mixing": SMALL_MLP},
+    "box_laplace": {"space": "box", "conditional": "laplace", "mixing": SMALL_MLP},
+    "aniso": {"conditional": {"name": "anisotropic", "lambdas": "bimodal"}, "mixing": SMALL_MLP},
+    "content_style": {
+        "space": "euclidean",
+        "marginal": {"name": "content_style", "content_dim": 4, "dependence": True, "content_dependent_style": True},
+        "conditional": {"name": "content_style", "content_dim": 4, "p_change": 0.75, "dependence": True},
+        "mixing": SMALL_MLP,
+    },
+}
+
+
+def state_equal(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_same_seed_same_process_and_samples(name):
+    a = dgp.build_process(CONFIGS[name], seed=3)
+    b = dgp.build_process(CONFIGS[name], seed=3)
+    assert state_equal(a, b)
+    assert a.fingerprint() == b.fingerprint()
+    ba, bb = a.sample(64, a.make_generator(7)), b.sample(64, b.make_generator(7))
+    for field in ("z", "z_pos", "x", "x_pos"):
+        assert torch.equal(getattr(ba, field), getattr(bb, field))
+    assert ba.x.shape == (64, 10) and ba.x.dtype == torch.float32
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_different_seed_different_parameters(name):
+    a = dgp.build_process(CONFIGS[name], seed=0)
+    b = dgp.build_process(CONFIGS[name], seed=1)
+    assert a.fingerprint() != b.fingerprint()
+    assert not torch.equal(a.mixing(torch.ones(1, 10)), b.mixing(torch.ones(1, 10)))
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_parameters_fixed_across_batches(name):
+    """Regression: DGP parameters were re-drawn every batch in a reference code."""
+    p = dgp.build_process(CONFIGS[name], seed=0)
+    before = {k: v.clone() for k, v in p.state_dict().items()}
+    fp = p.fingerprint()
+    g = p.make_generator(0)
+    for _ in range(5):
+        p.sample(32, g)
+    assert all(torch.equal(before[k], v) for k, v in p.state_dict().items())
+    assert p.fingerprint() == fp
+
+
+def test_state_dict_round_trip_and_load_uses_saved_parameters():
+    """Regression: evaluation rebuilt the decoder from the RNG instead of loading the saved one."""
+    p = dgp.build_process(CONFIGS["content_style"], seed=0)
+    saved = p.to_file()
+    saved["state"] = {k: v.clone() for k, v in saved["state"].items()}
+    torch.manual_seed(123)  # the global RNG must not matter
+    q = load_process(saved)
+    assert state_equal(p, q) and q.fingerprint() == p.fingerprint()
+    z = p.sample_latents(16, p.make_generator(0))
+    assert torch.equal(p.mix(z), q.mix(z))
+    tampered = dict(saved, state={k: v + 1 if v.is_floating_point() else v for k, v in saved["state"].items()})
+    with pytest.raises(ValueError, match="fingerprint"):
+        load_process(tampered)
+
+
+def test_float64_and_inverse():
+    p = dgp.build_process({"dtype": "float64", "mixing": SMALL_MLP}, seed=0)
+    batch = p.sample(128, p.make_generator(0))
+    assert batch.x.dtype == torch.float64
+    assert torch.allclose(p.mixing.inverse(batch.x), batch.z, atol=1e-9)
+
+
+def test_negatives_shapes():
+    shared = dgp.build_process({"negatives": {"name": "marginal", "num": 5}, "mixing": SMALL_MLP}, seed=0)
+    b = shared.sample(8, shared.make_generator(0))
+    assert b.z_neg.shape == (5, 10) and b.x_neg.shape == (5, 10)
+    assert torch.allclose(b.x_neg, shared.mix(b.z_neg))
+    tilted = dgp.build_process({"negatives": {"name": "tilted", "beta": 2.0, "num": 3}, "mixing": SMALL_MLP}, seed=0)
+    b = tilted.sample(8, tilted.make_generator(0))
+    assert b.z_neg.shape == (8, 3, 10) and b.x_neg.shape == (8, 3, 10)
+    assert torch.allclose(b.x_neg, tilted.mix(b.z_neg), atol=1e-6)
+
+
+def test_blocks_and_lambda_groups():
+    aniso = dgp.build_process(CONFIGS["aniso"], seed=0)
+    assert aniso.lambda_groups == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert sorted(map(sorted, aniso.blocks.values())) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    cs = dgp.build_process(CONFIGS["content_style"], seed=0)
+    assert cs.blocks["content"] == [0, 1, 2, 3] and cs.blocks["style"] == list(range(4, 10))
+    assert cs.lambda_groups is None
+
+
+def test_describe_mentions_every_part():
+    text = dgp.build_process(CONFIGS["sphere_vmf"], seed=0).describe().lower()
+    assert "sphere" in text and ("von mises" in text or "vmf" in text)
+
+
+@pytest.mark.parametrize(
+    "config, key",
+    [
+        ({"dimension": 3}, "dgp.dimension"),
+        ({"conditional": {"name": "vnf"}}, "dgp.conditional.name"),
+        ({"conditional": {"name": "vmf", "kappa": 0.0}}, "dgp.conditional.kappa"),
+        ({"conditional": {"name": "vmf", "kapa": 1.0}}, "dgp.conditional"),
+        ({"dim": 1}, "dgp.dim"),
+        ({"space": {"name": "sphere", "radius": -1.0}}, "dgp.space.radius"),
+        ({"space": {"name": "box", "low": 1.0, "high": 0.0}}, "dgp.space.low"),
+        ({"dtype": "float16"}, "dgp.dtype"),
+        ({"conditional": {"name": "anisotropic", "lambdas": [1.0, 2.0]}}, "dgp.conditional.lambdas"),
+        ({"conditional": {"name": "anisotropic", "lambdas": [1.0] * 9 + [0.0]}}, "dgp.conditional.lambdas"),
+    ],
+)
+def test_bad_config_names_the_key(config, key):
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        dgp.build_process({**config, "mixing": "identity"} if "mixing" not in config else config, seed=0)

@@ -1,0 +1,58 @@
+import pytest
+
+from identifiable_cl.config import DEFAULTS, load_config, parse_overrides
+
+
+def test_defaults_validate():
+    config = load_config()
+    assert config["loss"]["name"] == DEFAULTS["loss"]["name"]
+
+
+def test_overrides_parse_like_a_sweep_agent():
+    out = parse_overrides(["--loss.tau=0.1", "--eval.nonlinear=False", "--wandb.tags=[a, b]", "--wandb.name=two words"])
+    assert out == {"loss.tau": 0.1, "eval.nonlinear": False, "wandb.tags": ["a", "b"], "wandb.name": "two words"}
+
+
+def test_yaml_then_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("seed: 4\ntrain:\n  steps: 7\ndgp:\n  conditional: {name: vmf, kappa: 3.0}\n")
+    config = load_config(path, ["--train.steps=9", "--dgp.conditional.kappa=5"])
+    assert config["seed"] == 4 and config["train"]["steps"] == 9
+    assert config["dgp"]["conditional"] == {"name": "vmf", "kappa": 5}
+
+
+def test_changing_a_component_name_drops_the_old_options(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("dgp:\n  conditional: {name: vmf, kappa: 3.0}\n")
+    config = load_config(path, ["--dgp.conditional.name=normal", "--dgp.conditional.sigma=0.1"])
+    assert config["dgp"]["conditional"] == {"name": "normal", "sigma": 0.1}
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["--train.stepz=3"], "train.stepz"),
+        (["--train.steps=0"], "train.steps"),
+        (["--train.steps=1.5"], "train.steps"),
+        (["--optim.lr=-1"], "optim.lr"),
+        (["--device=tpu"], "device"),
+        (["--loss.name=nope"], "loss.name"),
+        (["--loss.temperature=1"], "loss.temperature"),
+        (["--dgp.conditional.kapa=1"], "dgp.conditional.kapa"),
+        (["--eval.nonlinear=maybe"], "eval.nonlinear"),
+        (["--seed.x=1"], "seed.x"),
+    ],
+)
+def test_bad_overrides_name_the_key(overrides, key):
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        load_config(None, overrides)
+
+
+def test_malformed_argument():
+    with pytest.raises(ValueError, match="--dotted.key=value"):
+        parse_overrides(["loss.tau"])
+
+
+def test_missing_file():
+    with pytest.raises(ValueError, match="does not exist"):
+        load_config("/nonexistent/config.yaml")

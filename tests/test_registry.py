@@ -1,0 +1,91 @@
+import sys
+import textwrap
+
+import pytest
+
+from dgp.registry import Registry
+
+
+def test_register_get_and_origin():
+    reg = Registry("widgets_test")
+
+    @reg.register("a")
+    class A:
+        def __init__(self, *, size: int = 1):
+            self.size = size
+
+    assert reg.get("a") is A
+    assert reg.names() == ["a"]
+    assert "test_registry" in reg.entry("a").origin
+    assert reg.build({"name": "a", "size": 3}, key="w").size == 3
+
+
+def test_unknown_name_lists_available():
+    reg = Registry("gadgets_test")
+    reg.register("alpha")(type("Alpha", (), {}))
+    reg.register("beta")(type("Beta", (), {}))
+    with pytest.raises(ValueError, match=r"thing.name: unknown .*'gamma'.*alpha, beta"):
+        reg.get("gamma", "thing.name")
+
+
+def test_unknown_option_names_the_key_and_allowed():
+    reg = Registry("things_test")
+
+    @reg.register("t")
+    class T:
+        def __init__(self, *, kappa: float = 1.0):
+            pass
+
+    with pytest.raises(ValueError, match=r"dgp.conditional: unknown option\(s\) 'kapa'.*allowed: kappa"):
+        reg.build({"name": "t", "kapa": 2}, key="dgp.conditional")
+
+
+def test_name_clash_is_an_error():
+    reg = Registry("clash_test")
+    reg.register("x")(type("X1", (), {}))
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("x")(type("X2", (), {}))
+
+
+def test_entry_point_from_separate_distribution(tmp_path, monkeypatch):
+    """A component declared by another distribution's entry point is found by name."""
+    pkg = tmp_path / "icl_test_plugin"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from dgp.base import Conditional
+
+            class Jitter(Conditional):
+                def __init__(self, space, rng, *, scale: float = 0.1):
+                    super().__init__()
+                    self.space, self.scale = space, scale
+
+                def sample(self, z, generator):
+                    return z + self.scale * torch.randn(z.shape, generator=generator, dtype=z.dtype)
+
+                def describe(self):
+                    return "jitter"
+            """
+        )
+    )
+    info = tmp_path / "icl_test_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: icl-test-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[identifiable_cl.conditionals]\njitter = icl_test_plugin:Jitter\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import dgp
+
+    dgp.CONDITIONALS.load_entry_points(force=True)
+    try:
+        entry = dgp.CONDITIONALS.entry("jitter")
+        assert "icl-test-plugin 0.1" in entry.origin
+        process = dgp.build_process(
+            {"space": "euclidean", "marginal": "normal", "conditional": {"name": "jitter", "scale": 0.5}, "mixing": "identity"}, seed=0
+        )
+        batch = process.sample(8, process.make_generator(0))
+        assert batch.z_pos.shape == (8, 10)
+    finally:
+        dgp.CONDITIONALS._entries.pop("jitter", None)
+        sys.modules.pop("icl_test_plugin", None)

@@ -1,0 +1,187 @@
+"""The content-style latent model of vK21 (von Kügelgen et al. 2021, Sec. 5.1) on R^n.
+
+Latents ``z = (c, s)``: the first ``content_dim`` coordinates are content, the
+rest style. The marginal draws ``c ~ N(0, Σ_c)`` and ``s ~ N(0, Σ_s)`` (identity
+covariances unless ``dependence``), and optionally shifts the style by a fixed
+affine function of the content, ``s <- s + B c + a``. The positive keeps the
+content exactly and perturbs a random subset of the style coordinates,
+``s+ = s + m ⊙ ε`` with ``m_i ~ Bernoulli(p_change)`` and ``ε ~ N(0, σ² I)`` or
+``N(0, Σ_a)``.
+
+Every covariance is ``Σ = XᵀX`` with ``X`` a ``(k, k)`` standard normal matrix,
+i.e. Wishart(df = k, I_k) with ``k`` the block size, as in the official code.
+
+Differences from the official code (ysharma1126/ssl_identifiability):
+
+- Σ_c, Σ_s, Σ_a, B and a are drawn once, at construction, from the process's
+  generator and kept as buffers; the official ``spaces.NRealSpace.normal`` and
+  ``ProductLatentSpace.sample_marginal`` re-draw them on every call, so anchors,
+  negatives and every batch saw different parameters and the dependence
+  averaged away.
+- The official marginal scale ``--m-param`` (default 1, ignored under
+  statistical dependence) is fixed to 1 here.
+- The official code ignores ``--c-param`` (σ) under statistical dependence; here
+  ``sigma`` other than 1 together with ``dependence`` is rejected instead.
+- Content and style blocks are built without closures, so no block can pick up
+  another block's covariance.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from dgp import checks
+from dgp.base import Conditional, Marginal, Space
+from dgp.registries import CONDITIONALS, MARGINALS
+from dgp.spaces import Euclidean
+
+
+def wishart_identity(k: int, rng: torch.Generator) -> Tensor:
+    """A ``(k, k)`` float64 draw from Wishart(df = k, I_k): ``XᵀX``, ``X`` ``(k, k)`` standard normal."""
+    x = torch.randn(k, k, generator=rng, dtype=torch.float64)
+    return x.T @ x
+
+
+def gaussian(batch: int, chol: Tensor, generator: torch.Generator) -> Tensor:
+    """``(batch, k)`` draws from N(0, L Lᵀ) for the ``(k, k)`` Cholesky factor ``chol``."""
+    eps = torch.randn(batch, chol.shape[0], generator=generator, device=generator.device, dtype=chol.dtype)
+    return eps @ chol.to(generator.device).T
+
+
+def split_dims(space: Space, content_dim: int | None, key: str) -> int:
+    """The number of content dimensions (default ``n // 2``), checked against the space."""
+    if not isinstance(space, Euclidean):
+        checks.fail(
+            "dgp.space.name", type(space).__name__.lower(),
+            f"the content_style model ({key}) is defined on R^n only: use 'euclidean'",
+        )
+    n = space.dim
+    if n < 2:
+        checks.fail("dgp.dim", n, "content_style needs at least 2 dimensions (content and style)")
+    if content_dim is None:
+        return n // 2
+    k = checks.integer(f"{key}.content_dim", content_dim, minimum=1)
+    if k > n - 1:
+        checks.fail(f"{key}.content_dim", content_dim, f"must lie in 1..{n - 1} (dgp.dim={n})")
+    return k
+
+
+def content_style_blocks(content_dim: int, n: int) -> dict[str, list[int]]:
+    return {"content": list(range(content_dim)), "style": list(range(content_dim, n))}
+
+
+@MARGINALS.register("content_style")
+class ContentStyleMarginal(Marginal):
+    """z = (c, s), c ~ N(0, Σ_c), s ~ N(0, Σ_s) [+ B c + a]; samples ``(batch, n)``.
+
+    Options: ``content_dim`` (1..n-1, default n // 2); ``dependence``: Σ_c, Σ_s ~
+    Wishart(df = block size, I), else identity; ``content_dependent_style``: add
+    ``B c + a`` with ``B`` ``(n - content_dim, content_dim)`` and ``a``
+    ``(n - content_dim,)`` of i.i.d. N(0, 1) entries.
+    Buffers: ``sigma_content``, ``chol_content``, ``sigma_style``, ``chol_style``,
+    and ``style_weight`` (B), ``style_offset`` (a) when content-dependent.
+    """
+
+    def __init__(
+        self,
+        space: Space,
+        rng: torch.Generator,
+        *,
+        content_dim: int | None = None,
+        dependence: bool = False,
+        content_dependent_style: bool = False,
+    ):
+        super().__init__()
+        self.space = space
+        self.content_dim = split_dims(space, content_dim, "dgp.marginal")
+        self.dependence = checks.boolean("dgp.marginal.dependence", dependence)
+        self.content_dependent_style = checks.boolean(
+            "dgp.marginal.content_dependent_style", content_dependent_style
+        )
+        kc, ks = self.content_dim, space.dim - self.content_dim
+        for name, k in (("content", kc), ("style", ks)):
+            sigma = wishart_identity(k, rng) if self.dependence else torch.eye(k, dtype=torch.float64)
+            self.register_buffer(f"sigma_{name}", sigma)
+            self.register_buffer(f"chol_{name}", torch.linalg.cholesky(sigma))
+        if self.content_dependent_style:
+            self.register_buffer("style_weight", torch.randn(ks, kc, generator=rng, dtype=torch.float64))
+            self.register_buffer("style_offset", torch.randn(ks, generator=rng, dtype=torch.float64))
+        else:
+            self.register_buffer("style_weight", None)
+            self.register_buffer("style_offset", None)
+
+    def sample(self, batch: int, generator: torch.Generator) -> Tensor:
+        c = gaussian(batch, self.chol_content, generator)
+        s = gaussian(batch, self.chol_style, generator)
+        if self.content_dependent_style:
+            s = s + c @ self.style_weight.to(c).T + self.style_offset.to(c)
+        return torch.cat([c, s], dim=-1)
+
+    def blocks(self) -> dict[str, list[int]]:
+        return content_style_blocks(self.content_dim, self.space.dim)
+
+    def describe(self) -> str:
+        law = "Wishart-drawn covariances Σ_c, Σ_s" if self.dependence else "identity covariances"
+        shift = ", style shifted by B c + a" if self.content_dependent_style else ""
+        return (
+            f"content-style normals ({self.content_dim} content + {self.space.dim - self.content_dim} "
+            f"style dims, {law}{shift})"
+        )
+
+
+@CONDITIONALS.register("content_style")
+class ContentStyleConditional(Conditional):
+    """c+ = c exactly; s+ = s + m ⊙ ε, m_i ~ Bernoulli(p_change), ε ~ N(0, σ² I) or N(0, Σ_a).
+
+    ``sample(z (batch, n), generator) -> (batch, n)``. Options: ``content_dim``
+    (1..n-1, default n // 2), ``p_change`` in [0, 1] (default 1.0), ``sigma`` > 0
+    (default 1.0; must stay 1.0 with ``dependence``), ``dependence``: Σ_a ~
+    Wishart(df = style size, I). Buffers: ``sigma_change`` (covariance of ε) and
+    ``chol_change``.
+    """
+
+    def __init__(
+        self,
+        space: Space,
+        rng: torch.Generator,
+        *,
+        content_dim: int | None = None,
+        p_change: float = 1.0,
+        sigma: float = 1.0,
+        dependence: bool = False,
+    ):
+        super().__init__()
+        self.space = space
+        self.content_dim = split_dims(space, content_dim, "dgp.conditional")
+        self.p_change = checks.probability("dgp.conditional.p_change", p_change)
+        self.sigma = checks.positive("dgp.conditional.sigma", sigma)
+        self.dependence = checks.boolean("dgp.conditional.dependence", dependence)
+        if self.dependence and self.sigma != 1.0:
+            checks.fail(
+                "dgp.conditional.sigma", sigma,
+                "has no effect with dgp.conditional.dependence=true (ε ~ N(0, Σ_a)); leave it at 1.0",
+            )
+        ks = space.dim - self.content_dim
+        if self.dependence:
+            cov = wishart_identity(ks, rng)
+        else:
+            cov = self.sigma**2 * torch.eye(ks, dtype=torch.float64)
+        self.register_buffer("sigma_change", cov)
+        self.register_buffer("chol_change", torch.linalg.cholesky(cov))
+
+    def sample(self, z: Tensor, generator: torch.Generator) -> Tensor:
+        c, s = z[:, : self.content_dim], z[:, self.content_dim :]
+        changed = torch.rand(s.shape, generator=generator, device=z.device, dtype=z.dtype) < self.p_change
+        eps = gaussian(z.shape[0], self.chol_change.to(z.dtype), generator)
+        return torch.cat([c, torch.where(changed, s + eps, s)], dim=-1)
+
+    def blocks(self) -> dict[str, list[int]]:
+        return content_style_blocks(self.content_dim, self.space.dim)
+
+    def describe(self) -> str:
+        noise = "N(0, Σ_a), Σ_a Wishart-drawn" if self.dependence else f"N(0, {self.sigma:g}² I)"
+        return (
+            f"content kept ({self.content_dim} dims), each style dim changed with probability "
+            f"{self.p_change:g} by {noise}"
+        )

@@ -102,8 +102,8 @@ class Registry:
         if name not in entries:
             where = f"{key}: " if key else ""
             raise ValueError(
-                f"{where}unknown {self.kind[:-1] if self.kind.endswith('s') else self.kind} "
-                f"{name!r}; available: {', '.join(self.names()) or '(none)'}"
+                f"{where}unknown name {name!r} among the registered {self.kind}; "
+                f"available: {', '.join(self.names()) or '(none)'}"
             )
         return entries[name]
 

@@ -139,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from identifiable_cl.training import NonFiniteLoss
+
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command is None:
@@ -155,6 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"icl {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except NonFiniteLoss as exc:
+        print(f"icl {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -85,7 +85,15 @@ def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Comp
             config["encoder"].get("normalize"),
             f"loss {config['loss']['name']!r} with cosine similarity needs unit-norm outputs: use 'sphere'",
         )
-    if getattr(loss, "requires_negatives", False) and config["dgp"]["negatives"]["name"] == "none":
+    uses_negatives = getattr(loss, "requires_negatives", False)
+    if not uses_negatives and config["dgp"]["negatives"]["name"] != "none":
+        fail(
+            "dgp.negatives.name",
+            config["dgp"]["negatives"]["name"],
+            f"loss {config['loss']['name']!r} does not use the DGP's separate negatives (set its "
+            f"negatives option to 'independent', or dgp.negatives.name to 'none')",
+        )
+    if uses_negatives and config["dgp"]["negatives"]["name"] == "none":
         fail(
             "dgp.negatives.name",
             "none",
@@ -93,10 +101,9 @@ def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Comp
             f"to one of {', '.join(n for n in dgp.NEGATIVES.names() if n != 'none')}",
         )
     groups = [{"params": list(encoder.parameters()), "lr": config["optim"]["lr"], "name": "encoder"}]
-    loss_params = list(loss.parameters())
-    if loss_params:
-        lr = getattr(loss, "lr", None) or config["optim"]["loss_lr"]
-        groups.append({"params": loss_params, "lr": lr, "name": "loss"})
+    for i, group in enumerate(loss.param_groups() if hasattr(loss, "param_groups") else [{"params": list(loss.parameters())}]):
+        if group["params"]:
+            groups.append({"params": group["params"], "lr": group.get("lr") or config["optim"]["loss_lr"], "name": f"loss{i}"})
     optimizer = torch.optim.Adam(groups, weight_decay=config["optim"]["weight_decay"])
     batches = process.make_generator(stream_seed(seed, "train.batches"))
     return Components(config, device, process, encoder, loss, optimizer, batches)

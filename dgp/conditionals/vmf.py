@@ -1,0 +1,108 @@
+"""Von Mises–Fisher positives on the sphere, sampled exactly with Wood's (1994) algorithm.
+
+vMF(μ, κ) on the unit sphere S^{n-1} has density ∝ exp(κ μᵀx). On a sphere of radius r the conditional
+p(z+ | z) draws the direction z+/r ~ vMF(z/‖z‖, κ): κ is the concentration of unit directions.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from dgp import checks
+from dgp.base import Conditional
+from dgp.registries import CONDITIONALS
+from dgp.spaces import Sphere
+
+_MAX_ROUNDS = 10_000
+
+
+def _wood_cosines(kappa: Tensor, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+    """w = μᵀx for x ~ vMF(μ, κ_i) on S^{n-1}, returned as (w, 1 - w, 1 + w) in float64, shape ``(B,)``.
+
+    Wood (1994): b = (n-1)/(2κ + sqrt(4κ² + (n-1)²)), x0 = (1-b)/(1+b); propose Z ~ Beta((n-1)/2, (n-1)/2),
+    W = (1 - (1+b)Z)/(1 - (1-b)Z), accept if κW + (n-1)log(1 - x0·W) - c >= log U with
+    c = κx0 + (n-1)log(1 - x0²). With Z = G1/(G1+G2), G1, G2 ~ Gamma((n-1)/2), every quantity is formed
+    without cancellation: 1 - W = 2bG1/(G2 + bG1), 1 + W = 2G2/(G2 + bG1), the log test reads
+    κ(W - x0) + (n-1)·log((1+b)(G1+G2) / (2(G2 + bG1))) >= log U. Rounds repeat for rejected rows only.
+    """
+    m = n - 1
+    b = m / (2.0 * kappa + torch.sqrt(4.0 * kappa * kappa + m * m))
+    one_minus_x0 = 2.0 * b / (1.0 + b)
+    batch = kappa.numel()
+    out = torch.empty(3, batch, dtype=torch.float64, device=kappa.device)
+    pending = torch.arange(batch, device=kappa.device)
+    for _ in range(_MAX_ROUNDS):
+        if pending.numel() == 0:
+            return out[0], out[1], out[2]
+        k, bb = kappa[pending], b[pending]
+        conc = torch.full((2, pending.numel()), 0.5 * m, dtype=torch.float64, device=kappa.device)
+        g1, g2 = torch._standard_gamma(conc, generator=generator)
+        den = g2 + bb * g1
+        one_minus_w = 2.0 * bb * g1 / den
+        one_plus_w = 2.0 * g2 / den
+        w = (g2 - bb * g1) / den
+        log_u = torch.log(torch.rand(pending.numel(), generator=generator, device=kappa.device, dtype=torch.float64))
+        test = k * (one_minus_x0[pending] - one_minus_w) + m * torch.log((1.0 + bb) * (g1 + g2) / (2.0 * den))
+        ok = test >= log_u
+        rows = pending[ok]
+        out[0, rows], out[1, rows], out[2, rows] = w[ok], one_minus_w[ok], one_plus_w[ok]
+        pending = pending[~ok]
+    raise RuntimeError(f"vMF sampling did not finish in {_MAX_ROUNDS} rounds")
+
+
+def sample_vmf(mu: Tensor, kappa: float | Tensor, generator: torch.Generator) -> Tensor:
+    """``(B, n)`` draws x_i ~ vMF(μ_i, κ_i) on the unit sphere S^{n-1} (Wood 1994), n >= 2.
+
+    ``mu``: ``(B, n)`` mean directions (normalised here); ``kappa``: a float or a ``(B,)`` tensor, >= 0 (0 is the
+    uniform law). The draw is x' = (w, sqrt(1 - w²)·v) with w from :func:`_wood_cosines` and v uniform on
+    S^{n-2}, rotated to μ by the Householder reflection H = I - 2uuᵀ/‖u‖², u = e_1 + sμ, s = sign(μ_1), which
+    maps e_1 to -sμ (so x = -s·Hx'); ‖u‖² >= 2, so it is stable for every μ. Computed in float64 (v is drawn
+    in the dtype of ``mu``), returned in the dtype of ``mu``.
+    """
+    if mu.dim() != 2 or mu.shape[1] < 2:
+        raise ValueError(f"mu must have shape (B, n) with n >= 2, got {tuple(mu.shape)}")
+    batch, n = mu.shape
+    dev = mu.device
+    kap = torch.as_tensor(kappa, dtype=torch.float64, device=dev)
+    if kap.dim() == 0:
+        kap = kap.expand(batch)
+    if kap.shape != (batch,):
+        raise ValueError(f"kappa must be a float or a tensor of shape ({batch},), got shape {tuple(kap.shape)}")
+    if not bool((torch.isfinite(kap) & (kap >= 0)).all()):
+        raise ValueError("kappa must be finite and >= 0")
+    mu64 = mu.to(torch.float64)
+    mu64 = mu64 / mu64.norm(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    w, one_minus_w, one_plus_w = _wood_cosines(kap.contiguous(), n, generator)
+    v = torch.randn(batch, n - 1, generator=generator, device=dev, dtype=mu.dtype).to(torch.float64)
+    v = v / v.norm(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    x = torch.cat([w.unsqueeze(1), torch.sqrt(one_minus_w * one_plus_w).unsqueeze(1) * v], dim=1)
+    s = 1.0 - 2.0 * (mu64[:, :1] < 0).to(torch.float64)
+    u = s * mu64
+    u[:, 0] += 1.0
+    x = x - u * (2.0 * (u * x).sum(dim=1, keepdim=True) / (u * u).sum(dim=1, keepdim=True))
+    return (-s * x).to(mu.dtype)
+
+
+@CONDITIONALS.register("vmf")
+class VonMisesFisher(Conditional):
+    """z+ = r·x, x ~ vMF(z/‖z‖, κ), on the sphere of radius r (Z21's positive conditional on S^{n-1}).
+
+    Option ``kappa`` (> 0): the concentration of the unit direction; density ∝ exp(κ (z/r)ᵀ(z+/r)).
+    """
+
+    def __init__(self, space, rng: torch.Generator | None = None, *, kappa: float = 1.0):
+        super().__init__()
+        if not isinstance(space, Sphere):
+            checks.fail(
+                "dgp.conditional.name", "vmf", f"needs dgp.space.name='sphere', got {type(space).__name__.lower()}"
+            )
+        self.space = space
+        self.kappa = checks.positive("dgp.conditional.kappa", kappa)
+
+    def sample(self, z: Tensor, generator: torch.Generator) -> Tensor:
+        """``(B, n)`` positives on the sphere of radius r around the anchors ``z`` ``(B, n)``."""
+        return self.space.radius * sample_vmf(z, self.kappa, generator)
+
+    def describe(self) -> str:
+        return f"von Mises-Fisher around z/r with concentration kappa={self.kappa:g} (directions), scaled to r"

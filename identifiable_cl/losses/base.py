@@ -85,7 +85,7 @@ def pairwise_similarity(a: Tensor, b: Tensor, kind: str) -> Tensor:
 
 
 def paired_similarity(a: Tensor, b: Tensor, kind: str) -> Tensor:
-    """Row-wise similarity ``(...)`` of ``a (..., d)`` and ``b (..., d)`` (see ``pairwise_similarity``)."""
+    """Row-wise similarity ``(...)`` of ``a (..., d)`` and ``b (..., d)``, as ``pairwise_similarity``."""
     if kind == "dot":
         return (a * b).sum(-1)
     p = _lp_exponent(kind)
@@ -99,7 +99,7 @@ def _lp_exponent(kind: str) -> int:
 
 
 class Terms(NamedTuple):
-    """Similarities of each anchor to its positive ``pos (R,)`` and negatives ``neg (R, K)``.
+    """Logits of each anchor to its positive ``pos (R,)`` and negatives ``neg (R, K)``.
 
     Excluded pairs of ``neg`` hold ``-inf``; every row has exactly ``n_neg`` finite entries.
     """
@@ -115,42 +115,55 @@ def _without_diagonal(s: Tensor) -> Tensor:
 
 
 def assemble(
-    negatives: str, h: Tensor, h_pos: Tensor, h_neg: Tensor | None, kind: str
+    negatives: str,
+    h: Tensor,
+    h_pos: Tensor,
+    h_neg: Tensor | None,
+    kind: str,
+    tau: Tensor | float = 1.0,
+    key: str = "loss",
 ) -> Terms:
-    """Similarities for the negative set ``negatives`` (module docstring).
+    """Logits sim / tau for the negative set ``negatives`` (module docstring).
 
     h, h_pos: (B, d); h_neg: None, (M, d) or (B, K, d). ``kind`` as in ``pairwise_similarity``.
-    Rows R = 2B for ``symmetric``/``r24``, else B.
+    Rows R = 2B for ``symmetric``/``r24``, else B. Pairs are excluded after the division by
+    tau, so no gradient flows through the excluded entries. ``key`` names the loss's config
+    key in error messages.
     """
     batch = h.shape[0]
+
+    def pairwise(a: Tensor, b: Tensor) -> Tensor:
+        return pairwise_similarity(a, b, kind) / tau
+
     if negatives == "independent":
-        pos = paired_similarity(h, h_pos, kind)
+        pos = paired_similarity(h, h_pos, kind) / tau
         if h_neg is None:
             raise ValueError(
-                f"{option_key('negatives')}='independent' needs the encodings of the DGP's "
+                f"{key}.negatives='independent' needs the encodings of the DGP's "
                 "negative samples (h_neg), but none were given; configure a negatives sampler"
             )
-        if h_neg.dim() == 2:
-            return Terms(pos, pairwise_similarity(h, h_neg, kind), h_neg.shape[0])
-        if h_neg.dim() == 3 and h_neg.shape[0] == batch:
-            neg = pairwise_similarity(h.unsqueeze(1), h_neg, kind).squeeze(1)
+        if h_neg.dim() == 2 and h_neg.shape[1] == h.shape[1]:
+            return Terms(pos, pairwise(h, h_neg), h_neg.shape[0])
+        if h_neg.dim() == 3 and h_neg.shape[0] == batch and h_neg.shape[2] == h.shape[1]:
+            neg = pairwise(h.unsqueeze(1), h_neg).squeeze(1)
             return Terms(pos, neg, h_neg.shape[1])
         raise ValueError(
-            f"h_neg must have shape (M, d) or (B={batch}, K, d); got {tuple(h_neg.shape)}"
+            f"h_neg must have shape (M, d={h.shape[1]}) or (B={batch}, K, d={h.shape[1]}); "
+            f"got {tuple(h_neg.shape)}"
         )
     if batch < 2:
         raise ValueError(
-            f"{option_key('negatives')}={negatives!r} draws negatives from the batch and needs "
+            f"{key}.negatives={negatives!r} draws negatives from the batch and needs "
             f"at least 2 samples; got a batch of {batch}"
         )
-    pos = paired_similarity(h, h_pos, kind)
+    pos = paired_similarity(h, h_pos, kind) / tau
     if negatives == "first_view":
-        return Terms(pos, pairwise_similarity(h, h, kind), batch)
-    cross = _without_diagonal(pairwise_similarity(h, h_pos, kind))
+        return Terms(pos, pairwise(h, h), batch)
+    cross = _without_diagonal(pairwise(h, h_pos))
     if negatives == "one_sided":
         return Terms(pos, cross, batch - 1)
-    same_a = _without_diagonal(pairwise_similarity(h, h, kind))
-    same_b = _without_diagonal(pairwise_similarity(h_pos, h_pos, kind))
+    same_a = _without_diagonal(pairwise(h, h))
+    same_b = _without_diagonal(pairwise(h_pos, h_pos))
     cross_b = cross if negatives == "r24" else cross.transpose(0, 1)
     neg = torch.cat([torch.cat([same_a, cross], 1), torch.cat([same_b, cross_b], 1)], 0)
     return Terms(torch.cat([pos, pos]), neg, 2 * batch - 2)
@@ -170,7 +183,8 @@ def infonce_rows(pos: Tensor, neg: Tensor, n_neg: int, reduction: str) -> Tensor
 def check_inputs(h: Tensor, h_pos: Tensor, dim: int) -> None:
     if h.dim() != 2 or h.shape != h_pos.shape:
         raise ValueError(
-            f"h and h_pos must both have shape (B, d); got {tuple(h.shape)} and {tuple(h_pos.shape)}"
+            "h and h_pos must both have shape (B, d); "
+            f"got {tuple(h.shape)} and {tuple(h_pos.shape)}"
         )
     if h.shape[1] != dim:
         raise ValueError(f"the loss was built for dim={dim}, got encodings of dim {h.shape[1]}")
@@ -201,11 +215,16 @@ class ContrastiveLoss(nn.Module):
     ``requires_negatives``: the loss uses the DGP's separate negatives (``h_neg``); other
     losses ignore ``h_neg``. ``needs_unit_norm``: the encoder should output unit vectors.
     ``lr``: learning rate of the loss's own parameters (None = the trainer's default).
+    ``config_key``: where its options sit in the config (``loss``, ``loss.members[0]``, ...).
     """
 
     requires_negatives: bool = False
     needs_unit_norm: bool = False
     lr: float | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config_key = _KEY_PREFIX.get()
 
     def logs(self) -> dict[str, float | list[float]]:
         """Scalars and vectors worth logging (learnt temperature, learnt Λ̂, ...)."""

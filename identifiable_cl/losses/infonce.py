@@ -25,7 +25,7 @@ from identifiable_cl.registries import LOSSES
 
 @LOSSES.register("infonce")
 class InfoNCE(ContrastiveLoss):
-    """InfoNCE (Z21 eq. 1; Oord et al. 2018):
+    """InfoNCE (Oord et al. 2018; the objective of Z21):
 
         L = mean over anchors of  -l(a, a+) + log sum_{c in {a+} u N(a)} exp l(a, c),
         l(a, b) = sim(a, b) / tau,
@@ -84,9 +84,8 @@ class InfoNCE(ContrastiveLoss):
         if kind == "cosine":
             h, h_pos, h_neg = normalise(h, h_pos, h_neg)
             kind = "dot"
-        sims = assemble(self.negatives, h, h_pos, h_neg, kind)
         tau = self.temperature.value()
-        return Terms(sims.pos / tau, sims.neg / tau, sims.n_neg)
+        return assemble(self.negatives, h, h_pos, h_neg, kind, tau, self.config_key)
 
     def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
         """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""

@@ -1,0 +1,124 @@
+"""AnInfoNCE: InfoNCE with a learnt diagonal anisotropic similarity (R24)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dgp import checks
+from identifiable_cl.losses.base import (
+    NEGATIVE_SETS,
+    REDUCTIONS,
+    ContrastiveLoss,
+    Terms,
+    assemble,
+    check_dim,
+    check_inputs,
+    check_lr,
+    infonce_rows,
+    normalise,
+    option_key,
+)
+from identifiable_cl.registries import LOSSES
+
+
+def inverse_softplus(y: float) -> float:
+    """x with softplus(x) = log(1 + e^x) = y, for y > 0."""
+    return y + math.log(-math.expm1(-y))
+
+
+@LOSSES.register("aninfonce")
+class AnInfoNCE(ContrastiveLoss):
+    """AnInfoNCE (R24): InfoNCE with logits
+
+        l(a, b) = -c (a - b)ᵀ Λ̂ (a - b),   Λ̂ = diag(softplus(θ)) learnt, c = ``factor``,
+
+    and the loss -l(a, a+) + log sum_{c in {a+} u N(a)} exp l(a, c), averaged over anchors.
+    There is no temperature: Λ̂ carries the scale. With the anisotropic conditional
+    z+ ∝ z + δ, δ ~ N(0, diag(1/Λ)), the optimal critic is -(1/2) dᵀΛd, so with c = 1/2
+    (the official code's factor) Λ̂ estimates Λ. On unit-norm outputs, c = 1 and Λ̂ = I/(2τ)
+    (or c = 1/2 and Λ̂ = I/τ) give cosine InfoNCE at temperature τ.
+
+    l is evaluated as -||s ⊙ a - s ⊙ b||² with s = sqrt(c Λ̂), i.e. from differences, never
+    from the expansion aᵀΛ̂a + bᵀΛ̂b - 2aᵀΛ̂b, so it is exactly 0 for equal rows and never
+    positive.
+
+    Options:
+        lambda_init: initial Λ̂ value on every dimension (> 0), or ``"random"``: θ ~ 0.1·N(0, 1)
+            as in the official code, drawn from a generator seeded with ``seed``.
+        seed: seed of that draw.
+        factor: c > 0 (official code: 1/2).
+        negatives, reduction: as in ``infonce``; negatives="r24" with "logsumexp" and
+            factor=0.5, unit_norm=True reproduces the official AnInfoNCE code exactly.
+        unit_norm: scale encodings to unit norm first (official code: yes).
+        lr: learning rate of θ (None = the trainer's loss lr; R24: 1e-3).
+
+    ``lambda_hat`` is the current Λ̂ (d,); ``logs()`` reports it as ``lambda_hat``.
+    """
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        lambda_init: float | str = "random",
+        seed: int = 0,
+        factor: float = 0.5,
+        negatives: str = "symmetric",
+        reduction: str = "logsumexp",
+        unit_norm: bool = True,
+        lr: float | None = None,
+    ):
+        super().__init__()
+        self.dim = check_dim(dim)
+        seed = checks.integer(option_key("seed"), seed, minimum=0)
+        if isinstance(lambda_init, str):
+            checks.choice(option_key("lambda_init"), lambda_init, ["random"])
+            generator = torch.Generator().manual_seed(seed)
+            raw = 0.1 * torch.randn(self.dim, generator=generator, dtype=torch.float64)
+        else:
+            value = checks.positive(option_key("lambda_init"), lambda_init)
+            raw = torch.full((self.dim,), inverse_softplus(value), dtype=torch.float64)
+        self.raw_lambda = nn.Parameter(raw.to(torch.get_default_dtype()))
+        self.factor = checks.positive(option_key("factor"), factor)
+        self.negatives = checks.choice(option_key("negatives"), negatives, NEGATIVE_SETS)
+        self.reduction = checks.choice(option_key("reduction"), reduction, REDUCTIONS)
+        self.unit_norm = checks.boolean(option_key("unit_norm"), unit_norm)
+        self.lr = check_lr(lr)
+        self.requires_negatives = self.negatives == "independent"
+        self.needs_unit_norm = self.unit_norm
+
+    @property
+    def lambda_hat(self) -> Tensor:
+        """Λ̂ = softplus(θ), shape (d,)."""
+        return F.softplus(self.raw_lambda)
+
+    def terms(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Terms:
+        """Logits of positives ``(R,)`` and negatives ``(R, K)`` (-inf = excluded)."""
+        check_inputs(h, h_pos, self.dim)
+        if not self.requires_negatives:
+            h_neg = None
+        if self.unit_norm:
+            h, h_pos, h_neg = normalise(h, h_pos, h_neg)
+        tiny = torch.finfo(self.raw_lambda.dtype).tiny
+        scale = (self.factor * self.lambda_hat).clamp_min(tiny).sqrt()
+        h, h_pos = h * scale, h_pos * scale
+        if h_neg is not None:
+            h_neg = h_neg * scale
+        return assemble(self.negatives, h, h_pos, h_neg, "l2", key=self.config_key)
+
+    def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
+        """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
+        t = self.terms(h, h_pos, h_neg)
+        return infonce_rows(t.pos, t.neg, t.n_neg, self.reduction).mean()
+
+    def logs(self) -> dict[str, float | list[float]]:
+        return {"lambda_hat": self.lambda_hat.detach().cpu().tolist()}
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, factor={self.factor:g}, negatives={self.negatives!r}, "
+            f"reduction={self.reduction!r}, unit_norm={self.unit_norm}"
+        )

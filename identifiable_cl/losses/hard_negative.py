@@ -1,0 +1,94 @@
+"""InfoNCE with importance-weighted hard negatives (Robinson et al., ICLR 2021)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from dgp import checks
+from identifiable_cl.losses.base import option_key
+from identifiable_cl.losses.infonce import InfoNCE
+from identifiable_cl.registries import LOSSES
+
+
+@LOSSES.register("hard_negative")
+class HardNegativeInfoNCE(InfoNCE):
+    """Hard-negative InfoNCE (Robinson, Chuang, Sra, Jegelka 2021), optionally debiased.
+
+    With logits l = sim / tau, positive l+ and N negatives l_1..l_N per anchor, the negatives
+    are importance-weighted by w_k = exp(β l_k) (as in the authors' code, i.e. e^{β·sim} at
+    tau = 1) and, optionally, debiased with the positive-class prior τ⁺:
+
+        G = N · sum_k w_k e^{l_k} / sum_k w_k
+        G = max((G - τ⁺ N e^{l+}) / (1 - τ⁺),  N e^{-1/tau})          (only when τ⁺ > 0)
+        L = mean over anchors of  -l+ + log(e^{l+} + G)
+
+    (minus log(1 + N) for ``reduction="logmeanexp"``). Everything is evaluated in log space.
+    β = 0 and τ⁺ = 0 give InfoNCE exactly. The floor N e^{-1/tau} is the smallest possible
+    sum for cosine similarity, so τ⁺ > 0 needs ``similarity="cosine"``.
+
+    Options: those of ``infonce`` plus
+        beta: concentration β >= 0 of the importance weights.
+        tau_plus: debiasing prior τ⁺ in [0, 1); 0 turns debiasing off.
+    """
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        beta: float = 1.0,
+        tau_plus: float = 0.0,
+        similarity: str = "cosine",
+        tau: float = 1.0,
+        learn_tau: bool = False,
+        negatives: str = "symmetric",
+        reduction: str = "logsumexp",
+        lr: float | None = None,
+    ):
+        super().__init__(
+            dim=dim,
+            similarity=similarity,
+            tau=tau,
+            learn_tau=learn_tau,
+            negatives=negatives,
+            reduction=reduction,
+            lr=lr,
+        )
+        self.beta = checks.non_negative(option_key("beta"), beta)
+        self.tau_plus = checks.probability(option_key("tau_plus"), tau_plus)
+        if self.tau_plus == 1.0:
+            checks.fail(option_key("tau_plus"), tau_plus, "must lie in [0, 1)")
+        if self.tau_plus > 0 and self.similarity != "cosine":
+            checks.fail(
+                option_key("tau_plus"),
+                tau_plus,
+                f"debiasing (tau_plus > 0) needs similarity 'cosine', not {self.similarity!r}",
+            )
+
+    def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
+        """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
+        t = self.terms(h, h_pos, h_neg)
+        log_n = math.log(t.n_neg)
+        log_w = torch.where(torch.isfinite(t.neg), self.beta * t.neg, t.neg)
+        log_g = torch.logsumexp(log_w + t.neg, 1) - torch.logsumexp(log_w, 1) + log_n
+        if self.tau_plus > 0:
+            log_g = self._debias(log_g, t.pos, log_n)
+        rows = torch.logaddexp(t.pos, log_g) - t.pos
+        if self.reduction == "logmeanexp":
+            rows = rows - math.log(1 + t.n_neg)
+        return rows.mean()
+
+    def _debias(self, log_g: Tensor, pos: Tensor, log_n: float) -> Tensor:
+        """log max((G - τ⁺ N e^{l+}) / (1 - τ⁺), N e^{-1/tau}) from log G, l+ (all (R,))."""
+        gap = math.log(self.tau_plus) + log_n + pos - log_g
+        below = gap < 0
+        safe_gap = torch.where(below, gap, torch.full_like(gap, -1.0))
+        debiased = log_g + torch.log(-torch.expm1(safe_gap)) - math.log1p(-self.tau_plus)
+        floor = log_n - 1.0 / torch.as_tensor(self.temperature.value(), dtype=pos.dtype)
+        floor = floor.to(pos.device).expand_as(pos)
+        return torch.maximum(torch.where(below, debiased, floor), floor)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, beta={self.beta:g}, tau_plus={self.tau_plus:g}"

@@ -5,13 +5,14 @@ from a plain config dict with :func:`build_process`.
 """
 
 from dgp import conditionals, content_style, marginals, mixing, negatives, spaces  # noqa: F401  (registration)
-from dgp.process import Batch, Process, build_process
+from dgp.process import Batch, Process, build_process, load_process
 from dgp.registries import CONDITIONALS, MARGINALS, MIXINGS, NEGATIVES, SPACES
 
 __all__ = [
     "Batch",
     "Process",
     "build_process",
+    "load_process",
     "SPACES",
     "MARGINALS",
     "CONDITIONALS",

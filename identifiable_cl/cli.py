@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", help="exact run directory to create")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a saved run from its last checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_train, takes_overrides=True)
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="re-evaluate a saved run from its saved DGP and checkpoint")
     p.add_argument("run_dir")
@@ -138,20 +138,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+TRAIN_OPTIONS = {"--out", "--run-dir", "--resume", "--quiet"}
+
+
+def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Separate ``--dotted.key=value`` config overrides from the options argparse handles.
+
+    Done before argparse, which would take a value with a space (``--k=[1, 2]``,
+    as a sweep agent renders lists) for a positional argument.
+    """
+    options, overrides = [], []
+    for arg in argv:
+        if OVERRIDE.fullmatch(arg) and arg.split("=", 1)[0] not in TRAIN_OPTIONS:
+            overrides.append(arg)
+        else:
+            options.append(arg)
+    return options, overrides
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from identifiable_cl.training import NonFiniteLoss
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides: list[str] = []
+    if argv[:1] == ["train"]:
+        argv, overrides = split_overrides(argv)
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
-    if extra and not getattr(args, "takes_overrides", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    bad = [a for a in extra if not OVERRIDE.fullmatch(a)]
-    if bad:
-        parser.error(f"unrecognized arguments: {' '.join(bad)} (config overrides are written --dotted.key=value)")
-    args.overrides = extra
+    args.overrides = overrides
     try:
         return args.func(args)
     except ValueError as exc:

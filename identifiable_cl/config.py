@@ -119,11 +119,21 @@ assert set(_LEAF_TYPES) == set(_typed_leaves(DEFAULTS)), "every default leaf has
 
 
 def parse_value(text: str) -> Any:
-    """A command-line value as YAML reads it: ``0.1`` → float, ``True`` → bool, ``[1, 2]`` → list, ``null`` → None."""
+    """A command-line value as YAML reads it: ``0.1`` → float, ``True`` → bool, ``[1, 2]`` → list, ``null`` → None.
+
+    Numbers in Python's notation that YAML 1.1 leaves as strings (``1e-05``, what
+    ``str(0.00001)`` gives and a sweep agent passes) are read as floats.
+    """
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def parse_overrides(args: Iterable[str]) -> dict[str, Any]:

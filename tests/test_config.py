@@ -9,6 +9,7 @@ def test_defaults_validate():
 
 
 def test_overrides_parse_like_a_sweep_agent():
+    assert parse_overrides(["--optim.lr=1e-05", "--optim.loss_lr=1E3"]) == {"optim.lr": 1e-05, "optim.loss_lr": 1000.0}
     out = parse_overrides(["--loss.tau=0.1", "--eval.nonlinear=False", "--wandb.tags=[a, b]", "--wandb.name=two words"])
     assert out == {"loss.tau": 0.1, "eval.nonlinear": False, "wandb.tags": ["a", "b"], "wandb.name": "two words"}
 

@@ -1,0 +1,56 @@
+"""The README's plugin example, built as a separate distribution and used by name through entry points."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_files() -> dict[str, str]:
+    """Code blocks of the README's plugin section whose first line is '# <path>'."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Writing a plugin", 1)[1].split("\n## ", 1)[0]
+    files = {}
+    for body in re.findall(r"```\w+\n(.*?)```", section, flags=re.S):
+        first, _, rest = body.partition("\n")
+        if first.startswith("# icl-align/"):
+            files[first[2:].strip()] = rest
+    return files
+
+
+def test_readme_plugin_builds_and_trains(tmp_path):
+    files = readme_files()
+    assert set(files) == {"icl-align/pyproject.toml", "icl-align/icl_align/__init__.py"}
+    for rel, body in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(body)
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "--target", str(site), str(tmp_path / "icl-align")],
+        check=True,
+        capture_output=True,
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]), WANDB_MODE="disabled")
+    icl = [sys.executable, "-m", "identifiable_cl.cli"]
+    plugins = subprocess.run(icl + ["plugins"], env=env, capture_output=True, text=True, check=True).stdout
+    assert re.search(r"align_uniform\s+entry point icl_align:AlignUniform \(icl-align 0.1.0\)", plugins)
+    assert re.search(r"jitter\s+entry point icl_align:Jitter", plugins)
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        icl + ["train", "--run-dir", str(run_dir), "--quiet", "--loss.name=align_uniform",
+               "--dgp.conditional.name=jitter", "--dgp.conditional.sigma=0.1", "--train.steps=5",
+               "--train.batch_size=32", "--encoder.widths=[16]", "--dgp.mixing.cond_draws=100",
+               "--eval.final_n_fit=256", "--eval.final_n_test=256", "--eval.nonlinear=False"],
+        env=env, capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 5 and -1.0 <= summary["r2_linear"] <= 1.0
+    bad = subprocess.run(icl + ["train", "--run-dir", str(tmp_path / "bad"), "--loss.name=align_uniform", "--loss.tt=2"],
+                         env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and "loss.tt" in bad.stderr

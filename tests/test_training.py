@@ -1,0 +1,108 @@
+import json
+
+import pytest
+import torch
+
+from identifiable_cl import rundir
+from identifiable_cl.cli import main
+from identifiable_cl.config import load_config
+from identifiable_cl.training import NonFiniteLoss, Trainer
+
+TINY = {
+    "dgp.mixing.cond_draws": 200,
+    "encoder.widths": [32, 32],
+    "train.batch_size": 64,
+    "train.log_every": 10,
+    "train.eval_every": 50,
+    "train.checkpoint_every": 50,
+    "eval.n_fit": 256,
+    "eval.n_test": 256,
+    "eval.final_n_fit": 512,
+    "eval.final_n_test": 512,
+    "eval.nonlinear": False,
+}
+
+
+def tiny_config(**extra):
+    return load_config(None, {**TINY, **extra})
+
+
+def test_run_directory_contents(tmp_path):
+    summary = Trainer.create(tiny_config(**{"train.steps": 20, "eval.nonlinear": True}), tmp_path / "run", progress=False).run()
+    run = tmp_path / "run"
+    for name in (rundir.CONFIG, rundir.META, rundir.DGP, rundir.CHECKPOINT, rundir.METRICS, rundir.SUMMARY, rundir.READOUT):
+        assert (run / name).is_file(), name
+    saved = json.loads((run / rundir.SUMMARY).read_text())
+    for key in ("r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "r2_linear_per_dim", "identity_r2_linear",
+                "identity_mcc_pearson", "steps", "wall_s", "steps_per_s", "seed", "dgp_fingerprint", "version"):
+        assert key in saved, key
+    assert saved["steps"] == 20 and saved == json.loads(json.dumps(summary))
+    meta = json.loads((run / rundir.META).read_text())
+    assert {"version", "git_revision", "command", "device"} <= set(meta)
+    records = rundir.read_metrics(run)
+    assert [r["step"] for r in records] == [10, 20] and "r2_linear" in records[-1]
+
+
+def test_resume_equals_uninterrupted(tmp_path):
+    """100 steps, then resume for 100 more, gives exactly the 200-step run."""
+    full = Trainer.create(tiny_config(**{"train.steps": 200}), tmp_path / "full", progress=False).run()
+    Trainer.create(tiny_config(**{"train.steps": 100}), tmp_path / "half", progress=False).run()
+    resumed = Trainer.resume(tmp_path / "half", {"train.steps": 200}, progress=False).run()
+    for key in ("r2_linear", "mcc_pearson", "mcc_spearman", "r2_linear_per_dim", "steps", "dgp_fingerprint"):
+        assert resumed[key] == full[key], key
+    a = rundir.load_torch(tmp_path / "full" / rundir.CHECKPOINT)
+    b = rundir.load_torch(tmp_path / "half" / rundir.CHECKPOINT)
+    assert all(torch.equal(a["encoder"][k], b["encoder"][k]) for k in a["encoder"])
+    assert [r["step"] for r in rundir.read_metrics(tmp_path / "half")] == [r["step"] for r in rundir.read_metrics(tmp_path / "full")]
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+    import identifiable_cl.training as training
+
+    real = training.train_step
+
+    def poisoned(c):
+        loss = real(c)
+        return loss * float("nan") if c.step >= 55 else loss
+
+    monkeypatch.setattr(training, "train_step", poisoned)
+    trainer = Trainer.create(tiny_config(**{"train.steps": 100}), tmp_path / "run", progress=False)
+    with pytest.raises(NonFiniteLoss, match="NaN or inf"):
+        trainer.run()
+    state = rundir.load_torch(tmp_path / "run" / rundir.CHECKPOINT)
+    assert state["step"] == 50
+    assert all(torch.isfinite(v).all() for v in state["encoder"].values())
+    assert not (tmp_path / "run" / rundir.SUMMARY).exists()
+
+
+@pytest.mark.parametrize(
+    "args, key",
+    [
+        (["--loss.tau=0"], "loss.tau"),
+        (["--train.batchsize=3"], "train.batchsize"),
+        (["--encoder.normalize=none"], "encoder.normalize"),
+        (["--loss.negatives=independent"], "dgp.negatives.name"),
+        (["--train.steps=abc"], "train.steps"),
+    ],
+)
+def test_bad_input_stops_before_anything_is_written(tmp_path, capsys, args, key):
+    code = main(["train", "--run-dir", str(tmp_path / "run"), "--quiet", *args])
+    assert code == 2
+    assert key in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_from_a_directory_that_is_not_a_run(tmp_path, capsys):
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+
+
+def test_cli_train_and_evaluate(tmp_path, capsys):
+    args = [f"--{k}={json.dumps(v) if isinstance(v, list) else v}" for k, v in TINY.items()]
+    assert main(["train", "--run-dir", str(tmp_path / "run"), "--quiet", "--train.steps=10", *args]) == 0
+    out = capsys.readouterr().out
+    assert "linear R²" in out and "identity" in out
+    trained = json.loads((tmp_path / "run" / rundir.SUMMARY).read_text())
+    assert main(["evaluate", str(tmp_path / "run")]) == 0
+    again = json.loads((tmp_path / "run" / "evaluation.json").read_text())
+    assert again["r2_linear"] == pytest.approx(trained["r2_linear"], abs=1e-6)

@@ -197,6 +197,16 @@ def restore(c: Components, state: Mapping[str, Any]) -> None:
     c.extra = dict(state.get("extra", {}))
 
 
+def draw_figures_if_possible(run_dir: Path) -> dict[str, Path]:
+    """The run's figures as PNG files, or none when matplotlib (the ``plots`` extra) is missing."""
+    from identifiable_cl.plots import draw_figures
+
+    try:
+        return draw_figures(run_dir)
+    except ModuleNotFoundError:
+        return {}
+
+
 class Trainer:
     """Runs one training job into a run directory. ``run()`` returns the summary dict."""
 
@@ -258,6 +268,7 @@ class Trainer:
         self.tracker = open_tracker(c.config, self.run_dir)
         try:
             summary = self._loop(t)
+            self.tracker.log_figures(self.c.step, draw_figures_if_possible(self.run_dir))
         except BaseException:
             self.tracker.finish(None)
             raise

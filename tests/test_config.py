@@ -55,5 +55,14 @@ def test_malformed_argument():
 
 
 def test_missing_file():
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(ValueError, match="does not exist and is not a packaged preset"):
         load_config("/nonexistent/config.yaml")
+
+
+def test_presets_resolve_by_name():
+    sphere = load_config("sphere")
+    assert sphere["dgp"]["space"]["name"] == "sphere" and sphere["loss"]["similarity"] == "cosine"
+    assert sphere["encoder"]["widths"] is None  # the reference encoder
+    switched = load_config("sphere", ["--loss.name=aninfonce"])
+    assert switched["loss"] == {"name": "aninfonce"}
+    assert load_config("content_style")["loss"]["negatives"] == "independent"

@@ -1,10 +1,143 @@
-"""Weights & Biases tracking (filled in by the tracking work)."""
+"""Weights & Biases tracking: the run's config, metrics records, figures and summary.
+
+:func:`open_wandb` returns None when ``wandb`` is not installed or the mode is
+``disabled``. The mode is ``config["wandb"]["mode"]`` when set, else
+``WANDB_MODE``; without credentials (no ``WANDB_API_KEY`` or
+``WANDB_IDENTITY_TOKEN_FILE``, no ``.netrc`` entry for the W&B host) an online
+mode becomes ``offline``, so a run never prompts for a key or waits on the
+network. The W&B files go to ``RUN_DIR/wandb/`` (offline: ``offline-run-*``,
+uploaded later with ``wandb sync RUN_DIR/wandb/offline-run-*``).
+
+Project, group, name and tags come from the config's ``wandb`` section when
+set there (a value equal to the default counts as unset), else from W&B's
+standard variables ``WANDB_PROJECT``, ``WANDB_RUN_GROUP``, ``WANDB_NAME``,
+``WANDB_TAGS``, else the default project and the run directory's name.
+Inside a sweep (``WANDB_SWEEP_ID`` set by an agent) ``wandb.init`` itself
+merges the agent's parameters from ``WANDB_SWEEP_PARAM_PATH`` into the run's
+config, and takes the project from the sweep.
+
+Records are logged at their training step; a list of numbers (e.g. the learned
+Λ̂) is logged as one scalar per entry, ``key/0``, ``key/1``, ..., so W&B draws
+each over time; figures are logged as ``figures/<name>`` images.
+"""
 
 from __future__ import annotations
 
+import netrc
+import os
+import sys
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+from identifiable_cl.tracking import Tracker
+
+DEFAULT_HOST = "https://api.wandb.ai"
+ENV_KEYS = {"project": "WANDB_PROJECT", "group": "WANDB_RUN_GROUP", "name": "WANDB_NAME", "tags": "WANDB_TAGS"}
+MODES = ("online", "offline", "disabled", "shared")
+LEGACY_MODES = {"dryrun": "offline", "run": "online"}
 
 
-def open_wandb(config: Mapping[str, Any], run_dir: Path):
-    return None
+def has_credentials(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether W&B would find a key without prompting: env variables or a .netrc entry for its host."""
+    environ = os.environ if environ is None else environ
+    if environ.get("WANDB_API_KEY") or environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlsplit(environ.get("WANDB_BASE_URL") or DEFAULT_HOST).netloc
+    home = Path(environ.get("HOME") or Path.home())
+    path = Path(environ["NETRC"]).expanduser() if environ.get("NETRC") else home / ".netrc"
+    try:
+        entry = netrc.netrc(str(path)).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return bool(entry and entry[2])
+
+
+def resolve_mode(config_mode: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """The W&B mode to use: config, else ``WANDB_MODE``, else online; online without credentials → offline."""
+    environ = os.environ if environ is None else environ
+    source = "wandb.mode" if config_mode else "WANDB_MODE"
+    given = config_mode or environ.get("WANDB_MODE") or "online"
+    mode = LEGACY_MODES.get(given, given)
+    if mode not in MODES:
+        raise ValueError(f"{source}={given!r} is invalid: allowed: {', '.join(MODES)}")
+    if mode in ("online", "shared") and not has_credentials(environ):
+        return "offline"
+    return mode
+
+
+def init_arguments(config: Mapping[str, Any], run_dir: Path, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Keyword arguments of ``wandb.init`` for this run (see the module docstring for the precedence)."""
+    from identifiable_cl.config import DEFAULTS
+
+    environ = os.environ if environ is None else environ
+    section = dict(config.get("wandb") or {})
+    defaults = DEFAULTS["wandb"]
+    kwargs: dict[str, Any] = {}
+    for key, variable in ENV_KEYS.items():
+        value = section.get(key)
+        if value not in (None, [], "") and value != defaults[key]:
+            kwargs[key] = value
+        elif not environ.get(variable):
+            fallback = {"project": defaults["project"], "name": Path(run_dir).name}.get(key)
+            if fallback:
+                kwargs[key] = fallback
+    kwargs["mode"] = resolve_mode(section.get("mode"), environ)
+    kwargs["dir"] = str(run_dir)
+    kwargs["config"] = dict(config)
+    return kwargs
+
+
+def expand_lists(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"lambda_hat": [a, b]}`` → ``{"lambda_hat/0": a, "lambda_hat/1": b}``; other values unchanged."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            out.update({f"{key}/{i}": v for i, v in enumerate(value)})
+        else:
+            out[key] = value
+    return out
+
+
+class WandbTracker(Tracker):
+    """Mirrors a run's records, figures and summary into one W&B run."""
+
+    def __init__(self, run: Any):
+        self.run = run
+
+    def log(self, step: int, record: Mapping[str, Any]) -> None:
+        self.run.log(expand_lists({k: v for k, v in record.items() if k != "step"}), step=step)
+
+    def log_figures(self, step: int, figures: Mapping[str, Path]) -> None:
+        import wandb
+
+        self.run.log({f"figures/{name}": wandb.Image(str(path)) for name, path in figures.items()}, step=step)
+
+    def finish(self, summary: Mapping[str, Any] | None) -> None:
+        if summary is None:
+            self.run.finish(exit_code=1)
+            return
+        self.run.summary.update(dict(summary))
+        self.run.finish()
+
+
+def open_wandb(config: Mapping[str, Any], run_dir: Path) -> WandbTracker | None:
+    """A W&B tracker for this run, or None when ``wandb`` is not installed or W&B is disabled.
+
+    A failure to start W&B is reported on stderr and the run goes on with its own files only.
+    """
+    try:
+        import wandb
+    except ImportError:
+        return None
+    kwargs = init_arguments(config, Path(run_dir))
+    if kwargs["mode"] == "disabled":
+        return None
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        run = wandb.init(**kwargs)
+    except Exception as exc:  # noqa: BLE001  (W&B must never take the run down)
+        print(f"W&B could not start ({type(exc).__name__}: {exc}); the run continues with its own files only",
+              file=sys.stderr)
+        return None
+    return WandbTracker(run)

@@ -1,0 +1,186 @@
+"""Sampling wrappers: draw held-out latents from a data-generating process, encode, score.
+
+The process is duck-typed: it needs ``sample_latents(n, generator) -> z (n, dim)``,
+``mix(z) -> x``, ``blocks`` (dict name -> latent indices, possibly empty) and ``lambda_groups``
+(list of latent-index lists sharing a Λ value, or None).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from identifiable_cl.evaluation import _inputs
+from identifiable_cl.evaluation.blocks import block_aware_mcc, check_blocks, split_by_block
+from identifiable_cl.evaluation.mcc import mcc
+from identifiable_cl.evaluation.regression import LinearMap, linear_r2, nonlinear_r2
+from identifiable_cl.evaluation.spectrum import spectrum
+
+Metrics = dict[str, Any]
+
+
+def _integer(key: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{key}={value!r} is invalid: expected an integer >= {minimum}")
+    return value
+
+
+def _boolean(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}={value!r} is invalid: expected true or false")
+    return value
+
+
+def metrics(
+    z_fit: Any,
+    h_fit: Any,
+    z_test: Any = None,
+    h_test: Any = None,
+    *,
+    blocks: Mapping[str, Sequence[int]] | None = None,
+    lambda_groups: Sequence[Sequence[int]] | None = None,
+    nonlinear: bool = True,
+    in_sample: bool = False,
+    generator: torch.Generator | None = None,
+) -> Metrics:
+    """Every metric of a representation as a flat dict of floats and lists.
+
+    Regressions are fitted on (z_fit, h_fit) and scored on (z_test, h_test) (on the fit pair when
+    ``in_sample=True``); MCCs, block-aware MCC and the spectrum use the scoring pair. Keys:
+    ``r2_linear``, ``r2_linear_per_dim``, ``r2_nonlinear``, ``r2_nonlinear_per_dim`` (when
+    ``nonlinear``), ``mcc_pearson``, ``mcc_pearson_per_dim``, ``mcc_matching`` (the Pearson
+    matching as a list of [latent dim, representation dim], the input of ``lambda_recovery``),
+    ``mcc_spearman``, ``mcc_spearman_per_dim``, ``r2_linear_<block>`` and ``r2_nonlinear_<block>`` for every block, ``mcc_block_aware`` and
+    ``mcc_block_aware_per_dim`` when ``lambda_groups`` is given, ``effective_rank`` and
+    ``singular_values``.
+    """
+    nonlinear = _boolean("eval.nonlinear", nonlinear)
+    in_sample = _boolean("eval.in_sample", in_sample)
+    linear = linear_r2(z_fit, h_fit, z_test, h_test, in_sample=in_sample)
+    z_score, h_score = (z_fit, h_fit) if in_sample else (z_test, h_test)
+    named = check_blocks(blocks or {}, len(linear.per_dim), key="blocks")
+    out: Metrics = {"r2_linear": linear.mean, "r2_linear_per_dim": linear.per_dim}
+    for name, part in split_by_block(linear, named).items():
+        out[f"r2_linear_{name}"] = part.mean
+    if nonlinear:
+        kernel = nonlinear_r2(z_fit, h_fit, z_test, h_test, in_sample=in_sample, generator=generator)
+        out["r2_nonlinear"] = kernel.mean
+        out["r2_nonlinear_per_dim"] = kernel.per_dim
+        for name, part in split_by_block(kernel, named).items():
+            out[f"r2_nonlinear_{name}"] = part.mean
+    for method in ("pearson", "spearman"):
+        result = mcc(z_score, h_score, method=method)
+        out[f"mcc_{method}"] = result.mean
+        out[f"mcc_{method}_per_dim"] = result.per_dim
+        if method == "pearson":
+            out["mcc_matching"] = [[i, j] for i, j in result.matching]
+    if lambda_groups is not None:
+        aligned = block_aware_mcc(z_score, h_score, lambda_groups)
+        out["mcc_block_aware"] = aligned.mean
+        out["mcc_block_aware_per_dim"] = aligned.per_dim
+    spec = spectrum(h_score)
+    out["effective_rank"] = spec.effective_rank
+    out["singular_values"] = spec.singular_values
+    return out
+
+
+def encode_latents(encode: Callable[[Tensor], Tensor], process: Any, z: Tensor, batch_size: int) -> Tensor:
+    """h = encode(process.mix(z)) in batches of ``batch_size`` rows under torch.no_grad(), shape (N, d)."""
+    parts = []
+    with torch.no_grad():
+        for start in range(0, z.shape[0], batch_size):
+            x = process.mix(z[start : start + batch_size])
+            h = encode(x)
+            if not isinstance(h, Tensor) or h.dim() != 2 or h.shape[0] != x.shape[0]:
+                shape = tuple(h.shape) if isinstance(h, Tensor) else type(h).__name__
+                raise ValueError(
+                    f"encode returned {shape} for a batch of {x.shape[0]} observations: expected a tensor (batch, d)"
+                )
+            parts.append(h)
+    return torch.cat(parts)
+
+
+def _draw(
+    encode: Callable[[Tensor], Tensor], process: Any, generator: torch.Generator, n: int, batch_size: int
+) -> tuple[Tensor, Tensor]:
+    with torch.no_grad():
+        z = process.sample_latents(n, generator)
+        return z, encode_latents(encode, process, z, batch_size)
+
+
+def evaluate(
+    encode: Callable[[Tensor], Tensor],
+    process: Any,
+    generator: torch.Generator,
+    *,
+    n_fit: int = 20480,
+    n_test: int = 40960,
+    nonlinear: bool = True,
+    in_sample: bool = False,
+    batch_size: int = 8192,
+) -> Metrics:
+    """Metrics of the encoder ``encode`` (x (B, dim) -> h (B, d)) on fresh samples of ``process``.
+
+    Draws z_fit (n_fit) and z_test (n_test) with ``process.sample_latents(n, generator)``,
+    encodes x = process.mix(z) in batches, and returns ``metrics`` of the pairs with the
+    process's blocks and Λ groups (held-out as in vK21's evaluation: 20,480 fit / 40,960 test).
+    With ``in_sample=True`` only the fit sample is drawn and everything is scored on it.
+    """
+    n_fit = _integer("eval.n_fit", n_fit, 2)
+    n_test = _integer("eval.n_test", n_test, 2)
+    batch_size = _integer("batch_size", batch_size, 1)
+    in_sample = _boolean("eval.in_sample", in_sample)
+    z_fit, h_fit = _draw(encode, process, generator, n_fit, batch_size)
+    z_test, h_test = (None, None) if in_sample else _draw(encode, process, generator, n_test, batch_size)
+    return metrics(
+        z_fit,
+        h_fit,
+        z_test,
+        h_test,
+        blocks=process.blocks,
+        lambda_groups=process.lambda_groups,
+        nonlinear=nonlinear,
+        in_sample=in_sample,
+        generator=generator,
+    )
+
+
+def identity_baseline(process: Any, generator: torch.Generator, **options: Any) -> Metrics:
+    """``evaluate`` with the observation itself as representation (h = x = g(z)), keys prefixed ``identity_``.
+
+    It shows how much of each score the mixing g already leaves intact before any training.
+    """
+    return {f"identity_{k}": v for k, v in evaluate(lambda x: x, process, generator, **options).items()}
+
+
+def linear_readout(
+    encode: Callable[[Tensor], Tensor],
+    process: Any,
+    generator: torch.Generator,
+    *,
+    n_fit: int = 4096,
+    n_test: int = 2048,
+    batch_size: int = 8192,
+) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """True test latents z (n_test, n), their linear read-out ẑ from the representation, and R² per dimension.
+
+    The affine map of ``linear_r2`` is fitted on ``n_fit`` fresh samples and applied to ``n_test``
+    others; the arrays are float64 numpy arrays, for recovery scatter plots.
+    """
+    n_fit = _integer("n_fit", n_fit, 2)
+    n_test = _integer("n_test", n_test, 2)
+    batch_size = _integer("batch_size", batch_size, 1)
+    z_fit, h_fit = _draw(encode, process, generator, n_fit, batch_size)
+    z_test, h_test = _draw(encode, process, generator, n_test, batch_size)
+    scores = linear_r2(z_fit, h_fit, z_test, h_test)
+    device = _inputs.device_of(h_fit)
+    model = LinearMap(_inputs.matrix("z_fit", z_fit, device), _inputs.matrix("h_fit", h_fit, device))
+    z_hat = model.predict(_inputs.matrix("h_test", h_test, device))
+    return (
+        _inputs.matrix("z_test", z_test, device).cpu().numpy(),
+        z_hat.cpu().numpy(),
+        scores.per_dim,
+    )

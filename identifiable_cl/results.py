@@ -1,0 +1,267 @@
+"""``icl results``: tables of mean ± std over seeds, read from the runs' own files.
+
+A run is either a sweep run folder written by ``icl sweep run`` / ``submit``
+(``status.json``, ``params.yaml``, and the ``icl train`` run directory in
+``run/``) or a bare ``icl train`` run directory (``config.yaml``). A run
+succeeded when its ``summary.json`` exists and, for sweep runs, its exit code
+is 0; every other run counts as failed and is listed, never dropped.
+
+Runs are grouped by the swept parameters (the keys of ``params.yaml``; for
+bare run directories, the config keys whose values differ between runs),
+leaving out ``seed``; each group reports every metric's mean, sample standard
+deviation (ddof = 1) and the number of successful runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import yaml
+
+from identifiable_cl.config import flat_keys
+from identifiable_cl.rundir import CONFIG, DGP, SUMMARY, is_run_dir
+from identifiable_cl.sweeps.local import LOG, PARAMS, RUN, STATUS, read_params, read_status
+
+DEFAULT_METRICS = ("r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "mcc_block_aware")
+FORMATS = ("md", "csv", "json")
+SEED = "seed"
+
+
+@dataclass
+class Run:
+    """One run found on disk: where, its parameters, whether it succeeded, and its summary."""
+
+    path: Path
+    params: dict[str, Any]
+    swept: tuple[str, ...]
+    summary: dict[str, Any] | None
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+@dataclass
+class Group:
+    """Runs sharing the values of the grouping keys (``key``: their text, ``values``: as read)."""
+
+    key: tuple[str, ...]
+    values: dict[str, Any]
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> list[Run]:
+        return [r for r in self.runs if r.ok]
+
+    @property
+    def failed(self) -> list[Run]:
+        return [r for r in self.runs if not r.ok]
+
+    def stats(self, metric: str) -> tuple[float | None, float | None, int]:
+        """Mean, sample std (None below two values) and count of a metric over the successful runs."""
+        values = [
+            float(r.summary[metric])
+            for r in self.succeeded
+            if isinstance(r.summary.get(metric), (int, float)) and not isinstance(r.summary.get(metric), bool)
+        ]
+        values = [v for v in values if math.isfinite(v)]
+        if not values:
+            return None, None, 0
+        return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None, len(values)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except (FileNotFoundError, yaml.YAMLError):
+        return {}
+
+
+def sweep_run(folder: Path) -> Run:
+    """A run folder of ``icl sweep run``."""
+    status = read_status(folder) or {}
+    params = read_params(folder / PARAMS)
+    run_dir = folder / status.get("run_dir", RUN)
+    config = flat_keys(_read_yaml(run_dir / CONFIG))
+    summary = _read_json(run_dir / SUMMARY)
+    code = status.get("exit_code")
+    if code is None:
+        problem = f"{status.get('state', 'not started')} (no exit code), log {folder / LOG}"
+    elif code != 0:
+        problem = f"exit {code}, log {folder / LOG}"
+    elif summary is None:
+        problem = f"exit 0 but no {SUMMARY} in {run_dir}"
+    else:
+        problem = None
+    return Run(folder, {**config, **params}, tuple(params), summary, problem)
+
+
+def train_run(run_dir: Path) -> Run:
+    """A bare ``icl train`` run directory."""
+    summary = _read_json(run_dir / SUMMARY)
+    problem = None if summary is not None else f"no {SUMMARY} (failed or unfinished)"
+    return Run(run_dir, flat_keys(_read_yaml(run_dir / CONFIG)), (), summary, problem)
+
+
+def _plan_order(folder: Path) -> tuple[str, int]:
+    """Sweep runs by sweep folder, then in the order the sweep planned them."""
+    index = (read_status(folder) or {}).get("index")
+    return str(folder.parent), index if isinstance(index, int) else -1
+
+
+def find_runs(paths: Iterable[str | Path]) -> list[Run]:
+    """Every run under the given folders (each path may itself be a run): sweep runs in plan order,
+    then bare run directories (``config.yaml`` beside ``dgp.pt``) in path order."""
+    runs: list[Run] = []
+    seen: set[Path] = set()
+    for root in paths:
+        root = Path(root)
+        if not root.exists():
+            raise ValueError(f"{str(root)!r} does not exist")
+        sweep_folders = sorted({p.parent.resolve() for p in root.rglob(STATUS)} - seen, key=_plan_order)
+        for folder in sweep_folders:
+            seen.update({folder, (folder / RUN).resolve()})
+            runs.append(sweep_run(folder))
+        for folder in sorted({p.parent.resolve() for p in root.rglob(DGP)} - seen):
+            if is_run_dir(folder):
+                seen.add(folder)
+                runs.append(train_run(folder))
+    return runs
+
+
+def default_group_keys(runs: Sequence[Run]) -> list[str]:
+    """The swept keys (or, without any, the config keys that vary), without ``seed``, where values differ."""
+    swept = list(dict.fromkeys(k for r in runs for k in r.swept))
+    candidates = swept or list(dict.fromkeys(k for r in runs for k in r.params))
+    varying = [k for k in candidates if len({_text(r.params.get(k)) for r in runs}) > 1]
+    return [k for k in varying if k != SEED]
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "—"
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> list[Group]:
+    groups: dict[tuple[str, ...], Group] = {}
+    for run in runs:
+        key = tuple(_text(run.params.get(k)) for k in keys)
+        groups.setdefault(key, Group(key, {k: run.params.get(k) for k in keys})).runs.append(run)
+    return list(groups.values())
+
+
+def default_metrics(runs: Sequence[Run]) -> list[str]:
+    present = {k for r in runs if r.summary for k in r.summary}
+    return [m for m in DEFAULT_METRICS if m in present]
+
+
+def _cell(mean: float | None, std: float | None) -> str:
+    if mean is None:
+        return "—"
+    return f"{mean:.3f} ± {std:.3f}" if std is not None else f"{mean:.3f}"
+
+
+def format_md(groups: Sequence[Group], keys: Sequence[str], metrics: Sequence[str]) -> str:
+    header = [*keys, *metrics, "n", "failed"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for g in groups:
+        cells = [*g.key, *(_cell(*g.stats(m)[:2]) for m in metrics), str(len(g.succeeded)), str(len(g.failed))]
+        lines.append("| " + " | ".join(cells) + " |")
+    failed = [r for g in groups for r in g.failed]
+    if failed:
+        lines += ["", f"{len(failed)} failed run(s):"]
+        lines += [f"- {r.path}: {r.problem}" for r in failed]
+    return "\n".join(lines)
+
+
+def format_csv(groups: Sequence[Group], keys: Sequence[str], metrics: Sequence[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*keys, *(f"{m}_{s}" for m in metrics for s in ("mean", "std")), "n", "failed"])
+    for g in groups:
+        values = []
+        for m in metrics:
+            mean, std, _ = g.stats(m)
+            values += ["" if mean is None else repr(mean), "" if std is None else repr(std)]
+        writer.writerow([*g.key, *values, len(g.succeeded), len(g.failed)])
+    return buffer.getvalue().rstrip("\n")
+
+
+def format_json(groups: Sequence[Group], keys: Sequence[str], metrics: Sequence[str]) -> str:
+    rows = []
+    for g in groups:
+        stats = {m: dict(zip(("mean", "std", "n"), g.stats(m))) for m in metrics}
+        rows.append(
+            {
+                "group": g.values,
+                "metrics": stats,
+                "n": len(g.succeeded),
+                "failed": len(g.failed),
+                "failed_runs": [{"path": str(r.path), "problem": r.problem} for r in g.failed],
+                "seeds": [r.params.get(SEED) for r in g.succeeded],
+            }
+        )
+    return json.dumps(rows, indent=2)
+
+
+FORMATTERS = {"md": format_md, "csv": format_csv, "json": format_json}
+
+
+def results(
+    paths: Sequence[str | Path],
+    *,
+    group_by: Sequence[str] | None = None,
+    metrics: Sequence[str] | None = None,
+    fmt: str = "md",
+) -> str:
+    """The aggregated table of all runs under ``paths`` in format ``fmt`` (md, csv or json)."""
+    if fmt not in FORMATTERS:
+        raise ValueError(f"--format {fmt!r}: allowed: {', '.join(FORMATS)}")
+    runs = find_runs(paths)
+    if not runs:
+        raise ValueError(f"no runs found under {', '.join(map(str, paths))} (no status.json or config.yaml)")
+    keys = list(group_by) if group_by is not None else default_group_keys(runs)
+    metrics = list(metrics) if metrics is not None else default_metrics(runs)
+    return FORMATTERS[fmt](group_runs(runs, keys), keys, metrics)
+
+
+def _keys(text: str | None) -> list[str] | None:
+    return None if text is None else [k.strip() for k in text.split(",") if k.strip()]
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    print(results(args.dirs, group_by=_keys(args.group_by), metrics=_keys(args.metrics), fmt=args.format))
+    return 0
+
+
+def add_results_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``results`` to the ``icl`` subcommands."""
+    p = subparsers.add_parser(
+        "results",
+        help="mean ± std over seeds of finished runs, grouped by the swept parameters",
+        description="Read sweep run folders and run directories under DIR..., group them by the swept "
+        "parameters except the seed, and print mean ± std, the number of seeds and failed runs per group.",
+    )
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep output folders, run folders or run directories")
+    p.add_argument("--group-by", metavar="KEYS", help="comma-separated config keys (default: the swept keys except seed)")
+    p.add_argument("--metrics", metavar="KEYS", help=f"comma-separated summary keys (default: {','.join(DEFAULT_METRICS)})")
+    p.add_argument("--format", choices=FORMATS, default="md", help="md (default), csv or json")
+    p.set_defaults(func=cmd_results)
+    return p

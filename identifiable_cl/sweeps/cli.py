@@ -1,0 +1,147 @@
+"""``icl sweep run|submit|check``: sweep files on this machine, on a cluster, or just checked."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from identifiable_cl.sweeps.spec import load_sweep
+
+DEFAULT_OUT = "runs/sweeps"
+
+
+def _devices(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    devices = [d.strip() for d in text.split(",") if d.strip()]
+    if not devices:
+        raise ValueError(f"--devices {text!r}: give a comma-separated list such as 0,1,2")
+    return devices
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from identifiable_cl.sweeps.local import run_sweep
+    from identifiable_cl.sweeps.plan import plan_runs
+    from identifiable_cl.sweeps.render import render_args
+
+    spec = load_sweep(args.file)
+    if args.dry_run:
+        for run in plan_runs(spec, args.out, count=args.count, seed=args.seed):
+            print(f"{run.run_id}  {' '.join(render_args(run.params))}")
+        return 0
+    outcomes = run_sweep(
+        spec, args.out, workers=args.workers, count=args.count, seed=args.seed, devices=_devices(args.devices)
+    )
+    return 1 if any(o.state == "failed" for o in outcomes) else 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from identifiable_cl.sweeps.submit import make_executor, submit_offline, submit_online
+
+    spec = load_sweep(args.file, local=args.sweep_id is None)
+    if args.sweep_id is not None and args.count is None:
+        raise ValueError("--count: required with --sweep-id (the number of agent jobs, one run each)")
+    folder = Path(args.out) / spec.name / "submitit"
+    executor = make_executor(
+        folder,
+        args.cluster,
+        name=f"icl-{spec.name}",
+        parallelism=args.parallelism,
+        gpus_per_node=args.gpus_per_node,
+        cpus_per_task=args.cpus_per_task,
+        mem_gb=args.mem_gb,
+        timeout_min=args.timeout_min,
+        partition=args.partition,
+    )
+    if args.sweep_id is not None:
+        jobs = submit_online(args.sweep_id, executor, count=args.count)
+        print(f"submitted {len(jobs)} W&B agent jobs for sweep {args.sweep_id} ({args.cluster}); logs in {folder}")
+    else:
+        _, jobs = submit_offline(spec, args.out, executor, count=args.count, seed=args.seed)
+        print(f"submitted {len(jobs)} runs of sweep {spec.name} ({args.cluster}); results in {Path(args.out) / spec.name}")
+    if args.cluster == "debug" or args.wait:
+        codes = [job.result() for job in jobs]
+        failed = [c for c in codes if c != 0]
+        print(f"{len(codes) - len(failed)} finished, {len(failed)} failed")
+        return 1 if failed else 0
+    for job in jobs:
+        print(job.job_id)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from identifiable_cl.sweeps.plan import plan_runs
+    from identifiable_cl.sweeps.spec import local_problems
+
+    bad = 0
+    for file in args.files:
+        try:
+            spec = load_sweep(file, local=False)
+            if local_problems(spec):
+                print(f"{file}: ok for a W&B server (method {spec.method}); `icl sweep run` cannot run it")
+                continue
+            runs = plan_runs(spec, args.out, count=args.count, seed=args.seed)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            bad += 1
+            continue
+        print(f"{file}: ok, method {spec.method}, {len(runs)} runs")
+    return 1 if bad else 0
+
+
+def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``sweep`` with ``run``, ``submit`` and ``check`` to the ``icl`` subcommands."""
+    parser = subparsers.add_parser(
+        "sweep",
+        help="run a W&B sweep file locally or on a cluster",
+        description="Sweep files are plain W&B sweep YAML (sweeps/*.yaml). Online: `wandb sweep FILE` then "
+        "`wandb agent SWEEP_ID`. Offline, without a W&B server: `icl sweep run FILE`.",
+    )
+    sub = parser.add_subparsers(dest="sweep_command", metavar="SUBCOMMAND", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--out", default=DEFAULT_OUT, help=f"parent folder of the sweep's folder (default: {DEFAULT_OUT})")
+        p.add_argument("--count", type=int, help="run at most N runs (needed for random sweeps without run_cap)")
+        p.add_argument("--seed", type=int, default=0, help="seed of a random sweep's draws (default: 0)")
+
+    p = sub.add_parser(
+        "run",
+        help="run a grid or random sweep here, logged offline; rerunning skips finished runs",
+        description="Expand a grid/random sweep with W&B's semantics and run each `icl train` in a subprocess "
+        "with the environment a W&B agent gives it, logging offline. Each run gets OUT/<sweep>/<run id>/.",
+    )
+    p.add_argument("file", help="sweep YAML file")
+    common(p)
+    p.add_argument("--workers", type=int, default=1, help="runs in parallel (default: 1)")
+    p.add_argument("--devices", help="comma-separated GPU ids, assigned round-robin to the workers (CUDA_VISIBLE_DEVICES)")
+    p.add_argument("--dry-run", action="store_true", help="print the planned runs and their arguments; run nothing")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "submit",
+        help="submit one job per run through submitit (slurm extra)",
+        description="Offline: one array task per expanded run. Online (--sweep-id): --count tasks, each running "
+        "`wandb agent --count 1 SWEEP_ID`.",
+    )
+    p.add_argument("file", help="sweep YAML file")
+    p.add_argument("--cluster", required=True, choices=["slurm", "local", "debug"])
+    common(p)
+    p.add_argument("--sweep-id", help="an online W&B sweep (entity/project/id): run W&B agents instead")
+    p.add_argument("--parallelism", type=int, help="at most N array tasks at once (slurm)")
+    p.add_argument("--gpus-per-node", type=int, help="GPUs per job")
+    p.add_argument("--cpus-per-task", type=int, help="CPUs per job")
+    p.add_argument("--mem-gb", type=float, help="memory per job in GB")
+    p.add_argument("--timeout-min", type=int, default=24 * 60, help="time limit per job in minutes (default: 1440)")
+    p.add_argument("--partition", help="slurm partition")
+    p.add_argument("--wait", action="store_true", help="wait for every job and report (always for --cluster debug)")
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser(
+        "check",
+        help="check sweep files without running them: W&B's schema, config keys, and every planned run's config",
+    )
+    p.add_argument("files", nargs="+", help="sweep YAML files")
+    common(p)
+    p.set_defaults(func=cmd_check)
+    return parser

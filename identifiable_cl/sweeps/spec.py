@@ -1,0 +1,180 @@
+"""Sweep files: plain W&B sweep YAML, read and checked before any run starts.
+
+A file must pass W&B's own schema (:mod:`identifiable_cl.sweeps.schema`), so
+``wandb sweep FILE`` accepts it unchanged, and the rules of this project:
+flat dotted parameter names that are ``icl train`` config keys (W&B's engine
+does not expand nested ``parameters`` blocks into ``--a.b=`` arguments), and,
+to run without a W&B server, ``method: grid`` or ``random`` and no
+``early_terminate``. Every error names the file and the offending entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from identifiable_cl.sweeps import schema
+
+DEFAULT_COMMAND = ("${env}", "${interpreter}", "${program}", "${args}")
+"""What a W&B agent runs when the file has no ``command``."""
+MACROS = (
+    "env",
+    "interpreter",
+    "program",
+    "args",
+    "args_no_equals",
+    "args_no_hyphens",
+    "args_no_boolean_flags",
+    "args_json",
+    "args_json_file",
+    "args_append_hydra",
+    "args_override_hydra",
+)
+"""The ``${...}`` entries a W&B agent replaces in ``command`` (besides ``${envvar:NAME}`` inside an entry)."""
+LOCAL_METHODS = ("grid", "random")
+GRID_KINDS = ("constant", "categorical", "int_uniform", "q_uniform")
+"""The parameter distributions W&B's grid search accepts."""
+SERVER_HINT = "run it with `wandb sweep FILE` and `wandb agent SWEEP_ID` (or `icl sweep submit FILE --sweep-id ID`)"
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One swept parameter: its dotted config key, W&B distribution and spec with W&B's defaults filled in."""
+
+    name: str
+    kind: str
+    spec: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A checked sweep file. ``parameters`` are sorted by name, the order W&B's engine uses."""
+
+    source: str
+    raw: Mapping[str, Any]
+    parameters: tuple[Parameter, ...]
+
+    @property
+    def name(self) -> str:
+        """The file's ``name``, else its file name without extension; safe as a folder name."""
+        name = self.raw.get("name") or Path(self.source).stem
+        return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "sweep"
+
+    @property
+    def method(self) -> str:
+        return self.raw["method"]
+
+    @property
+    def command(self) -> list[Any]:
+        return list(self.raw.get("command") or DEFAULT_COMMAND)
+
+    @property
+    def program(self) -> str | None:
+        return self.raw.get("program")
+
+    @property
+    def run_cap(self) -> int | None:
+        cap = self.raw.get("run_cap")
+        return None if cap is None else int(cap)
+
+    @property
+    def content_id(self) -> str:
+        """A stable 8-character id of the file's parsed content (recorded in each run's ``status.json``)."""
+        return digest(self.raw)
+
+
+def digest(value: Any, length: int = 8) -> str:
+    """A short lowercase hex digest of a YAML/JSON-like value, independent of key order."""
+    text = json.dumps(value, sort_keys=True, default=repr, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def fail(source: str, problems: list[str]) -> None:
+    lines = "\n".join(f"  - {p}" for p in problems)
+    raise ValueError(f"sweep file {source}: rejected before any run started:\n{lines}")
+
+
+def parse_sweep(raw: Any, source: str = "<sweep>") -> SweepSpec:
+    """Check a parsed sweep config against W&B's schema and this project's rules."""
+    from identifiable_cl.config import suggest
+
+    problems = schema.violations(raw)
+    if problems:
+        fail(source, problems)
+    parameters = []
+    for name in sorted(raw["parameters"]):
+        kind, spec = schema.classify(raw["parameters"][name])
+        where = f"parameters.{name}"
+        if kind == schema.NESTED:
+            inner = ", ".join(f"{name}.{k}" for k in raw["parameters"][name]["parameters"])
+            problems.append(
+                f"{where}: nested 'parameters' blocks are not passed to `icl train` as dotted arguments by W&B; "
+                f"write flat dotted names instead ({inner})"
+            )
+            continue
+        if not is_config_key(name):
+            problems.append(f"{where}: not an `icl train` config key{suggest(name)}")
+        parameters.append(Parameter(name, kind, spec))
+    command = raw.get("command") or DEFAULT_COMMAND
+    for i, entry in enumerate(command):
+        macro = re.fullmatch(r"\$\{(.*)\}", str(entry))
+        if macro and macro.group(1) not in MACROS and not macro.group(1).startswith("envvar:"):
+            problems.append(f"command[{i}]: {entry!r} is not a W&B macro; known: {', '.join('${' + m + '}' for m in MACROS)}")
+    if "${program}" in [str(c) for c in command] and not raw.get("program"):
+        problems.append("program: the command uses ${program} but the file names no program")
+    if problems:
+        fail(source, problems)
+    return SweepSpec(source, raw, tuple(parameters))
+
+
+def local_problems(spec: SweepSpec) -> list[str]:
+    """Why this file cannot run without a W&B server (empty when it can)."""
+    problems = []
+    if spec.method not in LOCAL_METHODS:
+        problems.append(f"method: {spec.method!r} needs a W&B server; {SERVER_HINT}. Locally: grid or random")
+    if "early_terminate" in spec.raw:
+        problems.append(f"early_terminate: hyperband stopping needs a W&B server; {SERVER_HINT}")
+    if spec.method == "grid":
+        for p in spec.parameters:
+            if p.kind not in GRID_KINDS:
+                problems.append(
+                    f"parameters.{p.name}: distribution {p.kind!r} cannot be used with method grid; "
+                    f"grid allows {', '.join(GRID_KINDS)}"
+                )
+    return problems
+
+
+def load_sweep(path: str | Path, *, local: bool = True) -> SweepSpec:
+    """Read and check a sweep file; with ``local`` also check that it can run without a W&B server."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"sweep file {str(path)!r} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"sweep file {path}: not valid YAML: {exc}") from exc
+    spec = parse_sweep(raw, str(path))
+    if local:
+        problems = local_problems(spec)
+        if problems:
+            fail(str(path), problems)
+    return spec
+
+
+def is_config_key(name: str) -> bool:
+    """Whether ``name`` can be set by ``icl train --name=...``: a typed leaf or an option of a component section.
+
+    Whether a component accepts a given option depends on the component chosen in
+    the same run, so that is checked later on each planned run's full config.
+    """
+    from identifiable_cl.config import COMPONENT_SECTIONS, DEFAULTS, flat_keys
+
+    if name in flat_keys(DEFAULTS) or name in COMPONENT_SECTIONS:
+        return True
+    return any(name.startswith(section + ".") for section in COMPONENT_SECTIONS)

@@ -1,0 +1,103 @@
+"""Submitting a sweep as a job array through submitit (the ``slurm`` extra).
+
+Two ways, one job per run:
+
+- offline: the sweep is expanded here and each array task executes one planned
+  run exactly as ``icl sweep run`` does (same folders, status files, resume);
+- online (``sweep_id``): each array task runs ``wandb agent --count 1 SWEEP_ID``
+  and the W&B server hands it the next run.
+
+``cluster`` is ``slurm``, ``local`` (subprocesses on this machine; submitit's
+LocalExecutor starts every job at once and hides all GPUs unless
+``gpus_per_node`` is set) or ``debug`` (in this process, one job after the
+other, when the results are collected).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from identifiable_cl.sweeps.local import execute, is_finished, write_sweep_file
+from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
+from identifiable_cl.sweeps.spec import SweepSpec
+
+CLUSTERS = ("slurm", "local", "debug")
+
+
+@dataclass(frozen=True)
+class OfflineJob:
+    """Array task: execute one planned run of ``spec`` (on the devices the cluster gives the job); returns its exit code."""
+
+    spec: SweepSpec
+
+    def __call__(self, run: PlannedRun) -> int:
+        return execute(self.spec, run).exit_code
+
+
+@dataclass(frozen=True)
+class AgentJob:
+    """Array task: one W&B agent that runs a single run of an online sweep; returns its exit code."""
+
+    sweep_id: str
+    executable: str = "wandb"
+
+    def command(self) -> list[str]:
+        return [self.executable, "agent", "--count", "1", self.sweep_id]
+
+    def __call__(self, task: int) -> int:
+        return subprocess.run(self.command(), stdin=subprocess.DEVNULL).returncode
+
+
+def make_executor(
+    folder: Path,
+    cluster: str,
+    *,
+    name: str,
+    parallelism: int | None = None,
+    gpus_per_node: int | None = None,
+    cpus_per_task: int | None = None,
+    mem_gb: float | None = None,
+    timeout_min: int = 24 * 60,
+    partition: str | None = None,
+    slurm_options: dict[str, Any] | None = None,
+):
+    """A submitit executor with the sweep's resources (None leaves a setting at submitit's default)."""
+    import submitit
+
+    if cluster not in CLUSTERS:
+        raise ValueError(f"--cluster {cluster!r}: allowed: {', '.join(CLUSTERS)}")
+    if parallelism is not None and parallelism < 1:
+        raise ValueError(f"--parallelism {parallelism}: must be >= 1")
+    executor = submitit.AutoExecutor(folder=folder / "%j", cluster=cluster)
+    parameters: dict[str, Any] = {
+        "name": name,
+        "timeout_min": timeout_min,
+        "gpus_per_node": gpus_per_node,
+        "cpus_per_task": cpus_per_task,
+        "mem_gb": mem_gb,
+        "slurm_array_parallelism": parallelism,
+        "slurm_partition": partition,
+    }
+    if slurm_options:
+        parameters["slurm_additional_parameters"] = dict(slurm_options)
+    executor.update_parameters(**{k: v for k, v in parameters.items() if v is not None})
+    return executor
+
+
+def submit_offline(spec: SweepSpec, out: str | Path, executor, *, count: int | None = None, seed: int = 0) -> tuple[list[PlannedRun], list]:
+    """One array task per planned run not finished before; returns the runs and their jobs."""
+    runs = [r for r in plan_runs(spec, out, count=count, seed=seed) if not is_finished(r.folder)]
+    write_sweep_file(spec, Path(out))
+    if not runs:
+        return runs, []
+    return runs, executor.map_array(OfflineJob(spec), runs)
+
+
+def submit_online(sweep_id: str, executor, *, count: int, executable: str = "wandb") -> list:
+    """``count`` array tasks, each one ``wandb agent --count 1 SWEEP_ID``."""
+    if count < 1:
+        raise ValueError(f"--count {count}: must be >= 1 (one W&B agent job per run)")
+    return executor.map_array(AgentJob(sweep_id, executable), list(range(count)))

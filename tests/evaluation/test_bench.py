@@ -1,0 +1,20 @@
+from identifiable_cl.evaluation import bench
+
+
+def test_bench_runs_and_reports_every_measurement():
+    lines = []
+    rows = bench.run(print_fn=lines.append, dim=2, n_fit=400, n_test=400, n_subsample=200, problems=("tanh",))
+    assert [r["method"] for r in rows] == [
+        "linear R² + MCC (Pearson, Spearman)",
+        "nonlinear R², ours",
+        "nonlinear R², ours",
+        "nonlinear R², vK21 KRR grid",
+        "nonlinear R², vK21 KRR grid",
+    ]
+    assert [r["n_fit"] for r in rows] == [400, 400, 200, 200, 400]
+    assert rows[-1]["estimate"] and rows[-1]["r2"] is None
+    assert all(r["seconds"] > 0 for r in rows)
+    assert 0.5 < rows[3]["r2"] <= 1.0 and 0.5 < rows[2]["r2"] <= 1.0
+    assert lines[0].split()[:2] == ["problem", "method"]
+    assert any("faster than vK21's grid search" in line for line in lines)
+    assert any("linear R² + both MCCs" in line for line in lines)

@@ -1,0 +1,173 @@
+"""The local runner end to end: parallel workers, agent environment, failures, resume, results."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from identifiable_cl.cli import main
+from identifiable_cl.results import results
+from identifiable_cl.sweeps.local import LOG, PARAMS, RUN, STATUS, read_status, run_sweep
+from identifiable_cl.sweeps.plan import plan_runs, train_arguments
+from identifiable_cl.sweeps.spec import load_sweep
+
+FAKE = str(Path(__file__).with_name("fake_train.py"))
+
+
+def write_sweep(path: Path, seeds=(0, 1, 13), **extra) -> Path:
+    config = {
+        "name": "fake",
+        "method": "grid",
+        "metric": {"name": "r2_linear", "goal": "maximize"},
+        "command": [sys.executable, FAKE, "train", "${args}"],
+        "parameters": {"loss.tau": {"values": [0.1, 0.5]}, "seed": {"values": list(seeds)}, "train.steps": {"value": 5}},
+        **extra,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def quiet(_line):
+    pass
+
+
+def test_two_workers_agent_environment_failures_and_devices(tmp_path, monkeypatch):
+    from wandb.sdk.lib.config_util import dict_from_config_file
+
+    monkeypatch.setenv("FAKE_SLEEP", "0.4")
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_SWEEP_ID", "left-over")
+    for name in ("WANDB_PROJECT", "WANDB_RUN_GROUP"):
+        monkeypatch.delenv(name, raising=False)
+    spec = load_sweep(write_sweep(tmp_path / "fake.yaml", project="sweep-project"))
+    outcomes = run_sweep(spec, tmp_path / "out", workers=2, devices=["0", "1"], echo=quiet)
+
+    assert [o.run.params["seed"] for o in outcomes] == [0, 1, 13, 0, 1, 13]
+    assert [o.state for o in outcomes] == ["finished", "finished", "failed"] * 2
+    spans, devices = [], set()
+    for o in outcomes:
+        folder = o.run.folder
+        assert folder == tmp_path / "out" / "fake" / o.run.run_id
+        status = read_status(folder)
+        assert status["exit_code"] == o.exit_code and status["state"] == o.state
+        # the parameter file is exactly what wandb.init reads from WANDB_SWEEP_PARAM_PATH
+        assert dict_from_config_file(str(folder / PARAMS)) == o.run.params
+        if o.state == "failed":
+            assert o.exit_code == 3 and "deliberate failure" in (folder / LOG).read_text()
+            continue
+        seen = json.loads((folder / RUN / "env.json").read_text())
+        env = seen["env"]
+        assert env["WANDB_SWEEP_ID"] is None and env["WANDB_RUN_ID"] == o.run.run_id
+        assert env["WANDB_SWEEP_PARAM_PATH"] == str((folder / PARAMS).resolve())
+        assert env["WANDB_MODE"] == "offline" and env["WANDB_DIR"] == str(folder.resolve())
+        assert env["WANDB_RUN_GROUP"] == "fake" and env["WANDB_PROJECT"] == "sweep-project"
+        assert seen["argv"][-2:] == ["--run-dir", str((folder / RUN).resolve())]
+        assert f"--loss.tau={o.run.params['loss.tau']}" in seen["argv"]
+        devices.add(env["CUDA_VISIBLE_DEVICES"])
+        spans.append((seen["started"], seen["ended"]))
+    assert devices == {"0", "1"}
+    spans.sort()
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), "two runs overlapped in time"
+    assert len({o.run.run_id for o in outcomes}) == 6
+
+
+def test_rerun_skips_finished_runs_and_retries_failed_ones(tmp_path):
+    out = tmp_path / "out"
+    spec = load_sweep(write_sweep(tmp_path / "fake.yaml"))
+    first = run_sweep(spec, out, workers=2, echo=quiet)
+    again = run_sweep(spec, out, workers=2, echo=quiet)
+    assert [o.state for o in again] == ["skipped", "skipped", "failed"] * 2
+    assert [o.run.run_id for o in again] == [o.run.run_id for o in first]
+
+    (first[0].run.folder / STATUS).unlink()
+    wider = load_sweep(write_sweep(tmp_path / "fake.yaml", seeds=(0, 1, 2, 13)))
+    third = run_sweep(wider, out, workers=2, count=7, echo=quiet)
+    by_seed = [(o.run.params["loss.tau"], o.run.params["seed"], o.state) for o in third]
+    assert by_seed == [
+        (0.1, 0, "finished"),  # its status was removed: started afresh
+        (0.1, 1, "skipped"),
+        (0.1, 2, "finished"),  # a new seed: a new run, the old ones keep their ids
+        (0.1, 13, "failed"),
+        (0.5, 0, "skipped"),
+        (0.5, 1, "skipped"),
+        (0.5, 2, "finished"),
+    ]
+
+
+def test_results_after_a_sweep_count_failures(tmp_path):
+    out = tmp_path / "out"
+    run_sweep(load_sweep(write_sweep(tmp_path / "fake.yaml")), out, workers=2, echo=quiet)
+    rows = json.loads(results([out], fmt="json"))
+    assert [row["group"] for row in rows] == [{"loss.tau": 0.1}, {"loss.tau": 0.5}]
+    for row, tau in zip(rows, (0.1, 0.5)):
+        assert row["n"] == 2 and row["failed"] == 1 and sorted(row["seeds"]) == [0, 1]
+        assert row["metrics"]["mcc_pearson"]["mean"] == pytest.approx(tau + 0.05)
+        assert row["metrics"]["mcc_pearson"]["std"] == pytest.approx(0.1 / 2**0.5)
+        assert row["metrics"]["r2_linear"]["mean"] == pytest.approx(0.905)
+        assert "exit 3" in row["failed_runs"][0]["problem"]
+
+
+@pytest.mark.parametrize(
+    "parameters, fragment",
+    [
+        ({"loss.beta": {"values": [0.5]}}, "loss.beta"),
+        ({"train.stpes": {"values": [5]}}, "did you mean train.steps"),
+        ({"loss.tau": {"values": []}}, "parameters.loss.tau: 'values' is empty"),
+        ({"loss": {"parameters": {"tau": {"values": [0.1]}}}}, "write flat dotted names instead (loss.tau)"),
+        ({"loss.tau": {"min": 0.1, "max": 1.0}}, "distribution 'uniform' cannot be used with method grid"),
+        ({"train.steps": {"values": ["many"]}}, "train.steps"),
+    ],
+)
+def test_bad_sweep_files_are_rejected_before_any_run(tmp_path, parameters, fragment):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"method": "grid", "command": [sys.executable, FAKE, "train", "${args}"], "parameters": parameters}))
+    with pytest.raises(ValueError) as info:
+        run_sweep(load_sweep(path), tmp_path / "out", echo=quiet)
+    assert fragment in str(info.value) and "rejected before any run started" in str(info.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_config_file_and_fixed_overrides_in_the_command_are_used(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({"loss": {"name": "aninfonce"}}))
+    command = ["${env}", "icl", "train", str(base), "--train.steps=5", "--out=elsewhere", "${args}"]
+    assert train_arguments(command) == (str(base), ["--train.steps=5"])
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"method": "grid", "command": command, "parameters": {"loss.tau": {"values": [0.1]}}}))
+    with pytest.raises(ValueError, match="loss.tau"):
+        plan_runs(load_sweep(path), tmp_path / "out")  # AnInfoNCE, named in the config file, has no tau
+    path.write_text(yaml.safe_dump({"method": "grid", "command": command, "parameters": {"loss.factor": {"values": [0.5]}}}))
+    assert [r.params for r in plan_runs(load_sweep(path), tmp_path / "out")] == [{"loss.factor": 0.5}]
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        ({"method": "bayes"}, "needs a W&B server"),
+        ({"method": "grid", "early_terminate": {"type": "hyperband", "min_iter": 2}}, "hyperband stopping needs a W&B server"),
+        ({"method": "sobol"}, "method: invalid value 'sobol'"),
+    ],
+)
+def test_server_only_and_unknown_methods(tmp_path, extra, fragment):
+    path = write_sweep(tmp_path / "s.yaml", **extra)
+    with pytest.raises(ValueError, match=fragment):
+        load_sweep(path)
+    if extra["method"] == "bayes":
+        assert load_sweep(path, local=False).method == "bayes"
+
+
+def test_cli_run_then_results(tmp_path, capsys):
+    path = write_sweep(tmp_path / "fake.yaml", seeds=(0, 1))
+    out = str(tmp_path / "out")
+    assert main(["sweep", "run", str(path), "--out", out, "--dry-run"]) == 0
+    assert capsys.readouterr().out.count("--seed=") == 4 and not Path(out, "fake").exists()
+    assert main(["sweep", "run", str(path), "--out", out, "--workers", "2"]) == 0
+    assert "4 finished, 0 failed" in capsys.readouterr().out
+    assert main(["results", out, "--metrics", "r2_linear"]) == 0
+    table = capsys.readouterr().out
+    assert "| loss.tau | r2_linear | n | failed |" in table and "| 0.1 | 0.905 ± 0.007 | 2 | 0 |" in table
+    assert main(["sweep", "check", str(path)]) == 0
+    assert "ok, method grid, 4 runs" in capsys.readouterr().out
+    assert main(["sweep", "run", str(tmp_path / "missing.yaml")]) == 2

@@ -1,0 +1,104 @@
+"""Figures from a run's own files: what each panel shows, which figures exist, and ``icl plot``."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from identifiable_cl.cli import main
+from identifiable_cl.plots import MAX_POINTS, draw_figures, lambda_figure, latents_figure, training_figure
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def make_run(run_dir, lam=True, readout=True):
+    run_dir.mkdir()
+    rng = np.random.default_rng(0)
+    if readout:
+        z = rng.normal(size=(3000, 4))
+        z_hat = z + 0.1 * rng.normal(size=z.shape)
+        np.savez(run_dir / "readout.npz", z=z, z_hat=z_hat, r2_per_dim=np.array([0.99, 0.98, 0.5, 0.97]))
+    records = []
+    for step in (10, 20, 30):
+        record = {"step": step, "loss": 2.0 / step, "r2_linear": step / 40, "mcc_pearson": step / 50}
+        if lam:
+            record.update(lambda_learned=[5.0 + step, 1.0 + step / 10, 20.0, 3.0], lambda_true=[25.0, 25.0, 5.0, 5.0])
+        records.append(record)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = {"r2_linear": 0.75}
+    if lam:
+        summary.update(lambda_learned=records[-1]["lambda_learned"], lambda_true=records[-1]["lambda_true"])
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return run_dir
+
+
+def test_all_figures_are_written_as_png(tmp_path):
+    paths = draw_figures(make_run(tmp_path / "run"))
+    assert set(paths) == {"latents", "training", "lambda"}
+    for name, path in paths.items():
+        assert path == tmp_path / "run" / "figures" / f"{name}.png"
+        assert path.read_bytes()[:8] == PNG and path.stat().st_size > 5000
+
+
+def test_latents_panels_show_each_dimension_and_its_r2():
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(5000, 3))
+    z_hat = 2 * z
+    r2 = np.array([0.9, 0.5, 0.1])
+    fig = latents_figure(z, z_hat, r2)
+    scatters, bars = fig.axes[:3], fig.axes[3]
+    for i, ax in enumerate(scatters):
+        points = ax.collections[0].get_offsets()
+        assert len(points) == MAX_POINTS
+        np.testing.assert_allclose(points[:, 1], 2 * points[:, 0])
+        assert np.isin(points[:, 0], z[:, i]).all()
+        assert f"R² = {r2[i]:.3f}" in ax.get_title()
+    np.testing.assert_allclose([p.get_height() for p in bars.patches], r2)
+
+
+def test_training_panels_show_curves_and_identity_baseline():
+    records = [{"step": 10, "loss": 2.0}, {"step": 20, "loss": 1.0, "r2_linear": 0.5}, {"step": 30, "r2_linear": 0.7}]
+    fig = training_figure(records, {"identity_r2_linear": 0.66})
+    loss_ax, metric_ax = fig.axes
+    assert [list(line.get_xydata()[:, 1]) for line in loss_ax.lines] == [[2.0, 1.0]]
+    curve, baseline = metric_ax.lines
+    assert list(curve.get_xdata()) == [20, 30] and list(curve.get_ydata()) == [0.5, 0.7]
+    assert list(baseline.get_ydata()) == [0.66, 0.66] and baseline.get_color() == curve.get_color()
+
+
+def test_lambda_panels_compare_sorted_values_and_trajectories():
+    history = np.array([[1.0, 9.0], [2.0, 8.0]])
+    fig = lambda_figure([8.0, 2.0], [5.0, 25.0], [10, 20], history)
+    compare, over_time = fig.axes
+    heights = [p.get_height() for p in compare.patches]
+    assert heights == [5.0, 25.0, 2.0, 8.0]
+    lines = [list(line.get_ydata()) for line in over_time.lines]
+    assert [1.0, 2.0] in lines and [9.0, 8.0] in lines
+    assert {tuple(line.get_ydata()) for line in over_time.lines[2:]} == {(5.0, 5.0), (25.0, 25.0)}
+
+
+def test_only_the_figures_the_files_allow(tmp_path):
+    assert set(draw_figures(make_run(tmp_path / "a", lam=False))) == {"latents", "training"}
+    assert set(draw_figures(make_run(tmp_path / "b", lam=False, readout=False))) == {"training"}
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="nothing to plot"):
+        draw_figures(tmp_path / "empty")
+
+
+def test_icl_plot(tmp_path, capsys):
+    run = make_run(tmp_path / "run")
+    assert main(["plot", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert f"lambda: {run / 'figures' / 'lambda.png'}" in out
+    (tmp_path / "empty").mkdir()
+    assert main(["plot", str(tmp_path / "empty")]) == 2
+
+
+def test_without_matplotlib(tmp_path, monkeypatch, capsys):
+    run = make_run(tmp_path / "run")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ModuleNotFoundError, match="identifiable-cl\\[plots\\]"):
+        draw_figures(run)
+    assert main(["plot", str(run)]) == 2 and "needs matplotlib" in capsys.readouterr().err
+    assert not (run / "figures").exists()

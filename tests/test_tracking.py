@@ -1,0 +1,210 @@
+"""W&B tracking: mode and credentials, precedence of names, and a real offline run read back from its .wandb file."""
+
+import json
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from identifiable_cl.tracking import Tracker, open_tracker
+from identifiable_cl.tracking.wandb import expand_lists, has_credentials, init_arguments, open_wandb, resolve_mode
+
+BLOCK, HEADER = 32768, 7
+
+
+def read_wandb_log(path: Path) -> list:
+    """The records of a W&B transaction log: a 7-byte file header, then LevelDB-log chunks in 32 KiB blocks."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, pending, records = HEADER, b"", []
+    while pos + HEADER <= len(data):
+        if BLOCK - pos % BLOCK < HEADER:
+            pos += BLOCK - pos % BLOCK
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + HEADER])
+        chunk = data[pos + HEADER : pos + HEADER + length]
+        pos += HEADER + length
+        if kind == 1:
+            records.append(chunk)
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            records.append(pending + chunk)
+    return [pb.Record.FromString(r) for r in records]
+
+
+def logged(run_dir: Path) -> dict:
+    """History rows by step, final summary, config and run record of the one offline run under ``run_dir``.
+
+    Nested values (e.g. an image's fields) appear as dotted keys: ``figures/training._type``.
+    """
+    [path] = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    history, summary, config, run = {}, {}, {}, None
+
+    def key(item):
+        return item.key or ".".join(item.nested_key)
+
+    for record in read_wandb_log(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            row = {key(i): json.loads(i.value_json) for i in record.history.item}
+            history[row["_step"]] = {k: v for k, v in row.items() if not k.startswith("_")}
+        elif kind == "summary":
+            summary.update({key(i): json.loads(i.value_json) for i in record.summary.update})
+        elif kind == "run":
+            run = record.run
+            config.update({key(i): json.loads(i.value_json) for i in record.run.config.update})
+        elif kind == "config":
+            config.update({key(i): json.loads(i.value_json) for i in record.config.update})
+    return {"history": history, "summary": {k: v for k, v in summary.items() if not k.startswith("_")},
+            "config": config, "run": run}
+
+
+@pytest.fixture
+def no_credentials(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NETRC", str(tmp_path / "home" / ".netrc"))
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL", "WANDB_PROJECT", "WANDB_RUN_GROUP",
+                 "WANDB_NAME", "WANDB_TAGS", "WANDB_SWEEP_ID", "WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_credentials_from_env_or_netrc(tmp_path):
+    netrc = tmp_path / "netrc"
+    assert not has_credentials({"NETRC": str(netrc)})
+    assert has_credentials({"NETRC": str(netrc), "WANDB_API_KEY": "x" * 40})
+    netrc.write_text("machine example.org login user password secret\n")
+    assert not has_credentials({"NETRC": str(netrc)})
+    netrc.write_text("machine api.wandb.ai login user password " + "k" * 40 + "\n")
+    assert has_credentials({"NETRC": str(netrc)})
+    assert not has_credentials({"NETRC": str(netrc), "WANDB_BASE_URL": "https://wandb.example.org"})
+
+
+def test_mode_precedence_and_offline_without_credentials(tmp_path):
+    none = {"NETRC": str(tmp_path / "absent")}
+    assert resolve_mode(None, none) == "offline"
+    assert resolve_mode("online", none) == "offline"
+    assert resolve_mode(None, {**none, "WANDB_API_KEY": "k"}) == "online"
+    assert resolve_mode(None, {**none, "WANDB_MODE": "disabled"}) == "disabled"
+    assert resolve_mode("offline", {**none, "WANDB_MODE": "online", "WANDB_API_KEY": "k"}) == "offline"
+    with pytest.raises(ValueError, match="wandb.mode='loud'"):
+        resolve_mode("loud", none)
+    with pytest.raises(ValueError, match="WANDB_MODE='loud'"):
+        resolve_mode(None, {**none, "WANDB_MODE": "loud"})
+
+
+def test_names_from_config_else_env_else_defaults(tmp_path):
+    run_dir = tmp_path / "20260101-run"
+    env = {"NETRC": str(tmp_path / "absent")}
+    config = {"seed": 0, "wandb": {"project": "identifiable-cl", "group": None, "name": None, "tags": [], "mode": None}}
+    kwargs = init_arguments(config, run_dir, env)
+    assert kwargs["project"] == "identifiable-cl" and kwargs["name"] == "20260101-run" and kwargs["mode"] == "offline"
+    assert "group" not in kwargs and "tags" not in kwargs and kwargs["dir"] == str(run_dir) and kwargs["config"] == config
+    env.update(WANDB_PROJECT="p-env", WANDB_RUN_GROUP="g-env", WANDB_NAME="n-env", WANDB_TAGS="a,b")
+    kwargs = init_arguments(config, run_dir, env)
+    assert not {"project", "group", "name", "tags"} & set(kwargs), "W&B reads its own variables"
+    config["wandb"].update(project="p", group="g", name="n", tags=["t"])
+    kwargs = init_arguments(config, run_dir, env)
+    assert (kwargs["project"], kwargs["group"], kwargs["name"], kwargs["tags"]) == ("p", "g", "n", ["t"])
+
+
+def test_lists_become_one_scalar_per_entry():
+    assert expand_lists({"loss": 1.0, "lambda_hat": [2.0, 3.0], "tags": ["a"], "empty": []}) == {
+        "loss": 1.0, "lambda_hat/0": 2.0, "lambda_hat/1": 3.0, "tags": ["a"], "empty": []
+    }
+
+
+def test_disabled_or_missing_wandb_gives_no_tracker(tmp_path, monkeypatch, no_credentials):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert open_wandb({"wandb": {}}, tmp_path / "run") is None
+    assert type(open_tracker({"wandb": {}}, tmp_path / "run")) is Tracker
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    assert open_wandb({"wandb": {}}, tmp_path / "run") is None
+    assert not (tmp_path / "run").exists()
+
+
+def test_offline_run_logs_records_figures_summary_and_sweep_parameters(tmp_path, monkeypatch, no_credentials):
+    import wandb
+
+    from identifiable_cl.plots import training_figure
+    from identifiable_cl.sweeps.local import write_params
+
+    monkeypatch.setenv("WANDB_MODE", "online")  # no credentials: must fall back to offline, without a prompt
+    params = tmp_path / "params.yaml"
+    write_params(params, {"loss.tau": 0.3, "seed": 2})
+    monkeypatch.setenv("WANDB_SWEEP_ID", "sweep123")
+    monkeypatch.setenv("WANDB_RUN_ID", "abcd1234")
+    monkeypatch.setenv("WANDB_SWEEP_PARAM_PATH", str(params))
+    run_dir = tmp_path / "run"
+    config = {"seed": 2, "loss": {"name": "infonce", "tau": 0.3}, "wandb": {"project": "identifiable-cl", "tags": ["t1"]}}
+    tracker = open_wandb(config, run_dir)
+    assert tracker is not None
+    records = [{"step": 10, "loss": 1.5}, {"step": 20, "loss": 1.25, "r2_linear": 0.5, "lambda_learned": [4.0, 20.0]}]
+    for record in records:
+        tracker.log(record["step"], record)
+    png = run_dir / "training.png"
+    training_figure(records).savefig(png)
+    tracker.log_figures(20, {"training": png})
+    summary = {"r2_linear": 0.5, "lambda_learned": [4.0, 20.0], "steps": 20}
+    tracker.finish(summary)
+    wandb.teardown()  # the service writes the transaction log out when it stops (at exit in a real run)
+
+    got = logged(run_dir)
+    assert got["run"].run_id == "abcd1234" and got["run"].sweep_id == "sweep123"
+    assert list(got["run"].tags) == ["t1"]
+    assert got["config"]["loss.tau"] == 0.3 and got["config"]["loss"] == {"name": "infonce", "tau": 0.3}
+    assert got["history"][10] == {"loss": 1.5}
+    row = got["history"][20]
+    assert row["loss"] == 1.25 and row["r2_linear"] == 0.5 and (row["lambda_learned/0"], row["lambda_learned/1"]) == (4.0, 20.0)
+    assert row["figures/training._type"] == "image-file" and row["figures/training.format"] == "png"
+    assert {k: got["summary"][k] for k in summary} == summary
+
+
+TINY = {
+    "dgp.mixing.cond_draws": 200,
+    "encoder.widths": [32, 32],
+    "train.steps": 20,
+    "train.batch_size": 64,
+    "train.log_every": 5,
+    "train.eval_every": 10,
+    "train.checkpoint_every": 10,
+    "eval.n_fit": 256,
+    "eval.n_test": 256,
+    "eval.final_n_fit": 512,
+    "eval.final_n_test": 512,
+    "eval.nonlinear": False,
+    "wandb.tags": ["tracking-test"],
+}
+
+
+def test_trainer_run_logs_exactly_its_own_files(tmp_path, monkeypatch, no_credentials):
+    """A real offline run: every metrics.jsonl record, the summary and the config are in the .wandb file."""
+    import wandb
+
+    from identifiable_cl import rundir
+    from identifiable_cl.config import load_config
+    from identifiable_cl.training import Trainer
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    config = load_config(None, TINY)
+    run_dir = tmp_path / "run"
+    Trainer.create(config, run_dir, progress=False).run()
+    wandb.teardown()
+
+    got = logged(run_dir)
+    records = rundir.read_metrics(run_dir)
+    assert [r["step"] for r in records] == [5, 10, 15, 20]
+    for record in records:
+        row = got["history"][record["step"]]
+        expected = expand_lists({k: v for k, v in record.items() if k != "step"})
+        assert {k: row.get(k) for k in expected} == expected, record["step"]
+    summary = rundir.read_json(run_dir / rundir.SUMMARY)
+    assert {k: got["summary"].get(k) for k in summary} == summary
+    assert {k: got["config"][k] for k in config} == json.loads(json.dumps(config))
+    assert list(got["run"].tags) == ["tracking-test"] and got["run"].display_name == "run"

@@ -42,7 +42,7 @@ def test_readme_plugin_builds_and_trains(tmp_path):
     assert re.search(r"jitter\s+entry point icl_align:Jitter", plugins)
     run_dir = tmp_path / "run"
     result = subprocess.run(
-        icl + ["train", "--run-dir", str(run_dir), "--quiet", "--loss.name=align_uniform",
+        icl + ["train", "sphere", "--run-dir", str(run_dir), "--quiet", "--loss.name=align_uniform",
                "--dgp.conditional.name=jitter", "--dgp.conditional.sigma=0.1", "--train.steps=5",
                "--train.batch_size=32", "--encoder.widths=[16]", "--dgp.mixing.cond_draws=100",
                "--eval.final_n_fit=256", "--eval.final_n_test=256", "--eval.nonlinear=False"],

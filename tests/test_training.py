@@ -80,13 +80,14 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypa
     [
         (["--loss.tau=0"], "loss.tau"),
         (["--train.batchsize=3"], "train.batchsize"),
-        (["--encoder.normalize=none"], "encoder.normalize"),
+        (["--loss.similarity=cosine", "--encoder.normalize=none"], "encoder.normalize"),
         (["--loss.negatives=independent"], "dgp.negatives.name"),
         (["--train.steps=abc"], "train.steps"),
     ],
 )
 def test_bad_input_stops_before_anything_is_written(tmp_path, capsys, args, key):
-    code = main(["train", "--run-dir", str(tmp_path / "run"), "--quiet", *args])
+    bounded = ["--train.steps=2", "--eval.final_n_fit=256", "--eval.final_n_test=256", "--eval.nonlinear=False"]
+    code = main(["train", "--run-dir", str(tmp_path / "run"), "--quiet", *bounded, *args])
     assert code == 2
     assert key in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dgp import checks
 from identifiable_cl.evaluation import _inputs
 from identifiable_cl.evaluation.blocks import block_aware_mcc, check_blocks, split_by_block
 from identifiable_cl.evaluation.mcc import mcc
@@ -20,18 +21,6 @@ from identifiable_cl.evaluation.regression import LinearMap, linear_r2, nonlinea
 from identifiable_cl.evaluation.spectrum import spectrum
 
 Metrics = dict[str, Any]
-
-
-def _integer(key: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{key}={value!r} is invalid: expected an integer >= {minimum}")
-    return value
-
-
-def _boolean(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{key}={value!r} is invalid: expected true or false")
-    return value
 
 
 def metrics(
@@ -57,8 +46,8 @@ def metrics(
     ``mcc_block_aware_per_dim`` when ``lambda_groups`` is given, ``effective_rank`` and
     ``singular_values``.
     """
-    nonlinear = _boolean("eval.nonlinear", nonlinear)
-    in_sample = _boolean("eval.in_sample", in_sample)
+    nonlinear = checks.boolean("eval.nonlinear", nonlinear)
+    in_sample = checks.boolean("eval.in_sample", in_sample)
     linear = linear_r2(z_fit, h_fit, z_test, h_test, in_sample=in_sample)
     z_score, h_score = (z_fit, h_fit) if in_sample else (z_test, h_test)
     named = check_blocks(blocks or {}, len(linear.per_dim), key="blocks")
@@ -129,10 +118,10 @@ def evaluate(
     process's blocks and Λ groups (held-out as in vK21's evaluation: 20,480 fit / 40,960 test).
     With ``in_sample=True`` only the fit sample is drawn and everything is scored on it.
     """
-    n_fit = _integer("eval.n_fit", n_fit, 2)
-    n_test = _integer("eval.n_test", n_test, 2)
-    batch_size = _integer("batch_size", batch_size, 1)
-    in_sample = _boolean("eval.in_sample", in_sample)
+    n_fit = checks.integer("eval.n_fit", n_fit, minimum=2)
+    n_test = checks.integer("eval.n_test", n_test, minimum=2)
+    batch_size = checks.integer("batch_size", batch_size, minimum=1)
+    in_sample = checks.boolean("eval.in_sample", in_sample)
     z_fit, h_fit = _draw(encode, process, generator, n_fit, batch_size)
     z_test, h_test = (None, None) if in_sample else _draw(encode, process, generator, n_test, batch_size)
     return metrics(
@@ -170,9 +159,9 @@ def linear_readout(
     The affine map of ``linear_r2`` is fitted on ``n_fit`` fresh samples and applied to ``n_test``
     others; the arrays are float64 numpy arrays, for recovery scatter plots.
     """
-    n_fit = _integer("n_fit", n_fit, 2)
-    n_test = _integer("n_test", n_test, 2)
-    batch_size = _integer("batch_size", batch_size, 1)
+    n_fit = checks.integer("n_fit", n_fit, minimum=2)
+    n_test = checks.integer("n_test", n_test, minimum=2)
+    batch_size = checks.integer("batch_size", batch_size, minimum=1)
     z_fit, h_fit = _draw(encode, process, generator, n_fit, batch_size)
     z_test, h_test = _draw(encode, process, generator, n_test, batch_size)
     scores = linear_r2(z_fit, h_fit, z_test, h_test)

@@ -82,8 +82,15 @@ def read_params(path: Path) -> dict[str, Any]:
     return {k: v["value"] for k, v in data.items() if k != "wandb_version"}
 
 
-def run_environment(spec: SweepSpec, run: PlannedRun, device: str | None, base: Mapping[str, str]) -> dict[str, str]:
-    """The environment a W&B agent would give this run (without a sweep id), logging offline into its folder."""
+def run_environment(
+    spec: SweepSpec, run: PlannedRun, device: str | None, base: Mapping[str, str], workers: int = 1
+) -> dict[str, str]:
+    """The environment a W&B agent would give this run (without a sweep id), logging offline into its folder.
+
+    With several workers and no ``OMP_NUM_THREADS`` of the user's, each run gets
+    ``cores // workers`` threads: parallel runs that each spin up every core's
+    worth of threads slow each other down many times over.
+    """
     folder = run.folder.resolve()
     env = {k: v for k, v in base.items() if k != "WANDB_SWEEP_ID"}
     env.update(
@@ -98,17 +105,19 @@ def run_environment(spec: SweepSpec, run: PlannedRun, device: str | None, base: 
             env.setdefault(variable, spec.raw[key])
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
+    if workers > 1:
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     return env
 
 
-def execute(spec: SweepSpec, run: PlannedRun, device: str | None = None) -> Outcome:
+def execute(spec: SweepSpec, run: PlannedRun, device: str | None = None, workers: int = 1) -> Outcome:
     """Start one planned run in a fresh folder, wait for it and record its status."""
     folder = run.folder
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     write_params(folder / PARAMS, run.params)
-    env = run_environment(spec, run, device, os.environ)
+    env = run_environment(spec, run, device, os.environ, workers)
     json_file = None
     if "${args_json_file}" in [str(c) for c in spec.command]:
         json_file = folder.resolve() / ARGS_JSON
@@ -180,7 +189,7 @@ def run_sweep(
         slot = slots.get()
         try:
             device = devices[slot % len(devices)] if devices else None
-            outcome = execute(spec, run, device)
+            outcome = execute(spec, run, device, workers)
         finally:
             slots.put(slot)
         with lock:

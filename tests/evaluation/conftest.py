@@ -34,3 +34,13 @@ def gaussian():
         return torch.randn(n, dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
     return draw
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Run on one thread: on shared cores, multithreaded small tensor operations slow down by one
+    to two orders of magnitude whenever another process is busy."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -171,3 +171,17 @@ def test_cli_run_then_results(tmp_path, capsys):
     assert main(["sweep", "check", str(path)]) == 0
     assert "ok, method grid, 4 runs" in capsys.readouterr().out
     assert main(["sweep", "run", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_parallel_workers_share_the_cores(tmp_path, monkeypatch):
+    import os
+
+    from identifiable_cl.sweeps.local import run_environment
+
+    spec = load_sweep(write_sweep(tmp_path / "fake.yaml"))
+    run = plan_runs(spec, tmp_path / "out")[0]
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert run_environment(spec, run, None, {}, workers=4)["OMP_NUM_THREADS"] == "2"
+    assert run_environment(spec, run, None, {}, workers=16)["OMP_NUM_THREADS"] == "1"
+    assert "OMP_NUM_THREADS" not in run_environment(spec, run, None, {}, workers=1)
+    assert run_environment(spec, run, None, {"OMP_NUM_THREADS": "3"}, workers=4)["OMP_NUM_THREADS"] == "3"

@@ -159,6 +159,13 @@ def assemble(
     pos = paired_similarity(h, h_pos, kind) / tau
     if negatives == "first_view":
         return Terms(pos, pairwise(h, h), batch)
+    if negatives == "symmetric":
+        # one (2B, 2B) matrix over both views; each row's own entry and its positive are excluded
+        both = torch.cat([h, h_pos])
+        neg = pairwise(both, both).clone()
+        for offset in (0, batch, -batch):
+            neg.diagonal(offset).fill_(float("-inf"))
+        return Terms(torch.cat([pos, pos]), neg, 2 * batch - 2)
     cross = _without_diagonal(pairwise(h, h_pos))
     if negatives == "one_sided":
         return Terms(pos, cross, batch - 1)
@@ -174,7 +181,7 @@ def infonce_rows(pos: Tensor, neg: Tensor, n_neg: int, reduction: str) -> Tensor
 
     -pos + log sum exp([pos, neg]), minus log(1 + n_neg) for ``logmeanexp``.
     """
-    total = torch.logsumexp(torch.cat([pos.unsqueeze(1), neg], 1), dim=1)
+    total = torch.logaddexp(pos, torch.logsumexp(neg, dim=1))
     if reduction == "logmeanexp":
         total = total - math.log(1 + n_neg)
     return total - pos

@@ -1,0 +1,293 @@
+"""An experiment: one paper's runs at two scales, its reference numbers, claims and figures.
+
+Read from ``experiments/<name>/experiment.yaml``::
+
+    name: rusak2024
+    title: one line
+    paper: full citation
+    reference_source: where the reference numbers come from
+    notes: free text shown in results.md (optional)
+    base: {dotted.key: value, ...}            # every run, every scale
+    scales:
+      paper: {dotted.key: value, ...}         # the published settings
+      smoke: {dotted.key: value, ...}         # reduced for a CPU
+    runs:
+      - label: infonce_bimodal
+        description: one line
+        overrides: {dotted.key: value, ...}
+        scales: {paper: {...}, smoke: {...}}  # optional per-run, per-scale overrides
+        reference: {metric: number or text}   # optional published numbers
+    metrics: [summary keys shown in the table]
+    claims: [see identifiable_cl.reproduce.claims]
+    figures: [see identifiable_cl.reproduce.report]
+
+A run's config at a scale is the defaults, then ``base``, ``scales[scale]``, the
+run's ``overrides`` and the run's ``scales[scale]``, each layer a ``--key=value``
+override; a layer that changes a component's ``name`` drops the options earlier
+layers gave that component (as :func:`identifiable_cl.config.merge_layer` does).
+The ``tiny`` scale is ``smoke`` with :data:`TINY` on top: a few steps and small
+evaluation samples, to check the plumbing, not the claims.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from identifiable_cl.config import COMPONENT_SECTIONS, load_config
+from identifiable_cl.reproduce.claims import Claim
+from identifiable_cl.sweeps.spec import is_config_key, parse_sweep
+
+EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"
+"""The ``experiments/`` folder of the source tree."""
+FILE = "experiment.yaml"
+SCALES = ("paper", "smoke", "tiny")
+DATA_SCALES = ("paper", "smoke")
+"""Scales an experiment file defines; ``tiny`` is derived from ``smoke``."""
+TINY: dict[str, Any] = {
+    "train.steps": 4,
+    "train.batch_size": 64,
+    "train.log_every": 2,
+    "train.eval_every": 2,
+    "train.checkpoint_every": 4,
+    "encoder.widths": [16, 16],
+    "dgp.mixing.cond_draws": 100,
+    "eval.n_fit": 256,
+    "eval.n_test": 256,
+    "eval.final_n_fit": 256,
+    "eval.final_n_test": 256,
+    "eval.nonlinear": False,
+}
+FIGURE_KINDS = ("curves", "against")
+
+
+def combine(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """Flat ``{dotted.key: value}`` layers merged in order; a new component ``name`` drops that component's
+    earlier options."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if key.endswith(".name") and key[: -len(".name")] in COMPONENT_SECTIONS:
+                section = key[: -len(".name")]
+                if out.get(key) != value:
+                    out = {k: v for k, v in out.items() if not k.startswith(section + ".")}
+            out[key] = value
+    return out
+
+
+def _overrides(where: str, raw: Any) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}={raw!r} is invalid: expected a mapping of dotted config keys to values")
+    for key in raw:
+        if not isinstance(key, str) or not is_config_key(key):
+            raise ValueError(f"{where}.{key}: not an `icl train` config key (write flat dotted keys, e.g. loss.tau)")
+        if key == "seed":
+            raise ValueError(f"{where}.seed: seeds are chosen with --seeds, not in the experiment file")
+    return dict(raw)
+
+
+def _scaled(where: str, raw: Any) -> dict[str, dict[str, Any]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or any(k not in DATA_SCALES for k in raw):
+        raise ValueError(f"{where}={raw!r} is invalid: a mapping from {', '.join(DATA_SCALES)} to overrides")
+    return {k: _overrides(f"{where}.{k}", v) for k, v in raw.items()}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One labelled configuration of an experiment."""
+
+    label: str
+    description: str
+    overrides: dict[str, Any]
+    scales: dict[str, dict[str, Any]]
+    reference: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A parsed ``experiment.yaml``; see the module docstring."""
+
+    name: str
+    title: str
+    paper: str
+    reference_source: str
+    notes: str
+    base: dict[str, Any]
+    scales: dict[str, dict[str, Any]]
+    runs: tuple[RunSpec, ...]
+    metrics: tuple[str, ...]
+    claims: tuple[Claim, ...]
+    figures: tuple[dict[str, Any], ...]
+    folder: Path
+
+    def run(self, label: str) -> RunSpec:
+        for run in self.runs:
+            if run.label == label:
+                return run
+        raise ValueError(f"experiment {self.name}: no run {label!r}; runs: {', '.join(r.label for r in self.runs)}")
+
+    def overrides(self, label: str, scale: str) -> dict[str, Any]:
+        """The flat ``--key=value`` overrides of run ``label`` at ``scale``."""
+        if scale not in SCALES:
+            raise ValueError(f"--scale {scale!r}: allowed: {', '.join(SCALES)}")
+        data_scale = "smoke" if scale == "tiny" else scale
+        run = self.run(label)
+        layers = [self.base, self.scales.get(data_scale, {}), run.overrides, run.scales.get(data_scale, {})]
+        if scale == "tiny":
+            layers.append(TINY)
+        return combine(*layers)
+
+    def config(self, label: str, scale: str, seed: int = 0) -> dict[str, Any]:
+        """The resolved, validated config of one run (raises ValueError naming the run and key)."""
+        try:
+            return load_config(None, {**self.overrides(label, scale), "seed": seed})
+        except ValueError as exc:
+            raise ValueError(f"experiment {self.name}, run {label}, scale {scale}: {exc}") from exc
+
+    def sweep(self, label: str, scale: str, seeds: int) -> dict[str, Any]:
+        """A W&B grid sweep (as a parsed YAML mapping) of run ``label`` over ``seeds`` seeds 0..seeds-1."""
+        parameters: dict[str, Any] = {"seed": {"values": list(range(seeds))}}
+        parameters.update({k: {"value": v} for k, v in self.overrides(label, scale).items()})
+        return {
+            "name": f"{self.name}-{scale}-{label}",
+            "description": f"{self.name} ({scale} scale): {self.run(label).description}",
+            "project": "identifiable-cl",
+            "method": "grid",
+            "metric": {"name": "r2_linear", "goal": "maximize"},
+            "command": ["${env}", sys.executable, "-m", "identifiable_cl.cli", "train", "--quiet", "${args}"],
+            "parameters": parameters,
+        }
+
+
+def _text(where: str, raw: Mapping[str, Any], key: str, required: bool = True) -> str:
+    value = raw.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}.{key}: required text")
+    return value.strip()
+
+
+def _figure(where: str, raw: Any, labels: set[str]) -> dict[str, Any]:
+    if not isinstance(raw, Mapping) or raw.get("kind") not in FIGURE_KINDS or not isinstance(raw.get("name"), str):
+        raise ValueError(f"{where}={raw!r} is invalid: a mapping with name and kind ({', '.join(FIGURE_KINDS)})")
+    metrics = raw.get("metrics")
+    if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
+        raise ValueError(f"{where}.metrics: a non-empty list of summary keys")
+    if raw["kind"] == "curves":
+        runs = raw.get("runs")
+        if not isinstance(runs, list) or not runs or any(r not in labels for r in runs):
+            raise ValueError(f"{where}.runs={runs!r}: a non-empty list of run labels of this experiment")
+    else:
+        series = raw.get("series")
+        if not isinstance(series, list) or not series:
+            raise ValueError(f"{where}.series: a non-empty list of {{label, x, runs}}")
+        for i, s in enumerate(series):
+            if (
+                not isinstance(s, Mapping)
+                or not isinstance(s.get("label"), str)
+                or not isinstance(s.get("x"), str)
+                or not isinstance(s.get("runs"), list)
+                or any(r not in labels for r in s["runs"])
+                or not isinstance(s.get("scale", 1.0), (int, float))
+            ):
+                raise ValueError(f"{where}.series[{i}]={s!r}: {{label: text, x: config key, runs: [run labels], scale: number (optional)}}")
+    return dict(raw)
+
+
+def parse_experiment(raw: Any, folder: Path, source: str) -> Experiment:
+    """Check and parse the mapping of an ``experiment.yaml``; errors name ``source`` and the entry."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{source}: expected a mapping")
+    allowed = {"name", "title", "paper", "reference_source", "notes", "base", "scales", "runs", "metrics", "claims", "figures"}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ValueError(f"{source}: unknown entries {unknown}; allowed: {', '.join(sorted(allowed))}")
+    runs_raw = raw.get("runs")
+    if not isinstance(runs_raw, list) or not runs_raw:
+        raise ValueError(f"{source}.runs: a non-empty list of runs")
+    runs = []
+    for i, r in enumerate(runs_raw):
+        where = f"{source}.runs[{i}]"
+        if not isinstance(r, Mapping) or not isinstance(r.get("label"), str):
+            raise ValueError(f"{where}: a mapping with a label")
+        extra = sorted(set(r) - {"label", "description", "overrides", "scales", "reference"})
+        if extra:
+            raise ValueError(f"{where}: unknown entries {extra}")
+        reference = r.get("reference") or {}
+        if not isinstance(reference, Mapping):
+            raise ValueError(f"{where}.reference: a mapping from metric to number or text")
+        runs.append(
+            RunSpec(
+                label=r["label"],
+                description=_text(where, r, "description"),
+                overrides=_overrides(f"{where}.overrides", r.get("overrides")),
+                scales=_scaled(f"{where}.scales", r.get("scales")),
+                reference=dict(reference),
+            )
+        )
+    labels = [r.label for r in runs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"{source}.runs: labels must be distinct: {labels}")
+    metrics = raw.get("metrics")
+    if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
+        raise ValueError(f"{source}.metrics: a non-empty list of summary keys")
+    claims = tuple(Claim.parse(f"{source}.claims[{i}]", c, SCALES) for i, c in enumerate(raw.get("claims") or []))
+    for i, claim in enumerate(claims):
+        bad = claim.runs() - set(labels)
+        if bad:
+            raise ValueError(f"{source}.claims[{i}]: unknown run(s) {sorted(bad)}; runs: {', '.join(labels)}")
+    figures = tuple(_figure(f"{source}.figures[{i}]", f, set(labels)) for i, f in enumerate(raw.get("figures") or []))
+    experiment = Experiment(
+        name=_text(source, raw, "name"),
+        title=_text(source, raw, "title"),
+        paper=_text(source, raw, "paper"),
+        reference_source=_text(source, raw, "reference_source"),
+        notes=_text(source, raw, "notes", required=False),
+        base=_overrides(f"{source}.base", raw.get("base")),
+        scales=_scaled(f"{source}.scales", raw.get("scales")),
+        runs=tuple(runs),
+        metrics=tuple(metrics),
+        claims=claims,
+        figures=figures,
+        folder=folder,
+    )
+    return experiment
+
+
+def experiment_names(root: Path = EXPERIMENTS_DIR) -> list[str]:
+    """The experiments under ``root`` (folders holding an ``experiment.yaml``)."""
+    return sorted(p.parent.name for p in Path(root).glob(f"*/{FILE}"))
+
+
+def load_experiment(name: str | Path, root: Path = EXPERIMENTS_DIR) -> Experiment:
+    """An experiment by name (a folder of ``root``), or by the path of its folder or ``experiment.yaml``."""
+    path = Path(name)
+    if path.is_dir():
+        path = path / FILE
+    elif not path.is_file():
+        path = Path(root) / str(name) / FILE
+    if not path.is_file():
+        known = ", ".join(experiment_names(root)) or "none"
+        raise ValueError(f"experiment {str(name)!r} not found (no {FILE}); experiments in {root}: {known}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
+    return parse_experiment(raw, path.parent, str(path))
+
+
+def check_experiment(experiment: Experiment, scales: tuple[str, ...] = SCALES) -> None:
+    """Resolve every run's config at every scale and check every generated sweep (ValueError on the first problem)."""
+    for scale in scales:
+        for run in experiment.runs:
+            experiment.config(run.label, scale)
+            parse_sweep(experiment.sweep(run.label, scale, 1), f"{experiment.name}/{run.label} ({scale})")

@@ -1,0 +1,263 @@
+"""results.md and the figures of a reproduced experiment, from the runs' own files.
+
+Figures listed in ``experiment.yaml`` (``figures:``), each a PNG in ``OUT/figures``:
+
+- ``kind: curves`` — ``runs: [labels]``, ``metrics: [keys]``: one panel per run, each
+  metric of ``metrics.jsonl`` against the training step (mean over seeds, band ± one std),
+  e.g. the linear R² of the high-Λ and low-Λ blocks for InfoNCE and AnInfoNCE.
+- ``kind: against`` — ``series: [{label, x: config key, runs: [labels], scale: number}]``
+  (``scale``, default 1, multiplies the x values, to put two series on one axis),
+  ``metrics: [keys]``, optional ``vline: number`` and ``xlabel``: one panel per metric,
+  each series' final summary metric (mean ± std over seeds) against the value of its
+  config key ``x`` in each run, e.g. recovery against the hard-negative β.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from identifiable_cl import rundir
+from identifiable_cl.reproduce.claims import HOLDS, Verdict
+from identifiable_cl.reproduce.experiment import Experiment
+from identifiable_cl.results import Run
+from identifiable_cl.sweeps.local import RUN
+
+
+@dataclass
+class RunResults:
+    """The seeds of one labelled run: successful and failed runs, means and stds of every summary metric."""
+
+    label: str
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> list[Run]:
+        return [r for r in self.runs if r.ok]
+
+    @property
+    def failed(self) -> list[Run]:
+        return [r for r in self.runs if not r.ok]
+
+    def values(self, metric: str) -> list[float]:
+        out = []
+        for run in self.succeeded:
+            value = run.summary.get(metric)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                out.append(float(value))
+        return out
+
+    def mean(self, metric: str) -> float | None:
+        values = self.values(metric)
+        return statistics.fmean(values) if values else None
+
+    def std(self, metric: str) -> float | None:
+        values = self.values(metric)
+        return statistics.stdev(values) if len(values) > 1 else None
+
+    def means(self) -> dict[str, float]:
+        keys = {k for r in self.succeeded for k in r.summary}
+        return {k: m for k in keys if (m := self.mean(k)) is not None}
+
+    def curves(self, metric: str) -> tuple[list[int], list[float], list[float]]:
+        """Steps at which every successful seed evaluated ``metric``, with mean and std (0 for one seed)."""
+        per_run = []
+        for run in self.succeeded:
+            records = rundir.read_metrics(run.path / RUN if (run.path / RUN).is_dir() else run.path)
+            per_run.append({r["step"]: float(r[metric]) for r in records if isinstance(r.get(metric), (int, float))})
+        if not per_run:
+            return [], [], []
+        steps = sorted(set.intersection(*(set(p) for p in per_run)))
+        means = [statistics.fmean(p[s] for p in per_run) for s in steps]
+        stds = [statistics.stdev(p[s] for p in per_run) if len(per_run) > 1 else 0.0 for s in steps]
+        return steps, means, stds
+
+
+def _cell(mean: float | None, std: float | None, n: int) -> str:
+    if mean is None:
+        return "—"
+    text = f"{mean:.3f} ± {std:.3f}" if std is not None else f"{mean:.3f}"
+    return f"{text} (n={n})"
+
+
+def _reference(value: Any) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _override_text(overrides: Mapping[str, Any]) -> str:
+    return " ".join(f"--{k}={v}" for k, v in overrides.items())
+
+
+def table(experiment: Experiment, results: Mapping[str, RunResults]) -> str:
+    """| run | metric | ours | reference | identity g(z) | for every run and table metric present."""
+    lines = ["| run | metric | ours (mean ± std over seeds) | reference | identity g(z) |", "|---|---|---|---|---|"]
+    for spec in experiment.runs:
+        res = results[spec.label]
+        for metric in experiment.metrics:
+            if metric == "lambda_learned":
+                continue
+            n = len(res.values(metric))
+            reference = spec.reference.get(metric)
+            if n == 0 and reference is None:
+                continue
+            identity = res.mean(f"identity_{metric}")
+            lines.append(
+                f"| {spec.label} | {metric} | {_cell(res.mean(metric), res.std(metric), n)} | {_reference(reference)} "
+                f"| {'—' if identity is None else f'{identity:.3f}'} |"
+            )
+        learned = [r.summary.get("lambda_learned") for r in res.succeeded if isinstance(r.summary.get("lambda_learned"), list)]
+        if learned and "lambda_learned" in experiment.metrics:
+            sorted_mean = [statistics.fmean(v) for v in zip(*(sorted(x) for x in learned))]
+            truth = next((r.summary.get("lambda_true") for r in res.succeeded if r.summary.get("lambda_true")), None)
+            lines.append(
+                f"| {spec.label} | Λ̂ sorted (mean over seeds) | {', '.join(f'{v:.2f}' for v in sorted_mean)} | "
+                f"{_reference(spec.reference.get('lambda_learned'))} | true Λ: "
+                f"{', '.join(f'{v:g}' for v in sorted(truth)) if truth else '—'} |"
+            )
+    return "\n".join(lines)
+
+
+def verdict_table(verdicts: Sequence[Verdict]) -> str:
+    lines = ["| claim | verdict | numbers |", "|---|---|---|"]
+    for v in verdicts:
+        lines.append(f"| {v.claim.text} | **{v.state}** | {v.detail} |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    """Processor, core count, OS, Python and torch versions, and the GPU when one is used."""
+    import os
+
+    import torch
+
+    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no GPU"
+    return (
+        f"{platform.machine()} {platform.processor() or ''}".strip()
+        + f", {os.cpu_count()} logical cores{gpu}; {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, torch {torch.__version__}"
+    )
+
+
+def markdown(
+    experiment: Experiment,
+    scale: str,
+    seeds: int,
+    results: Mapping[str, RunResults],
+    verdicts: Sequence[Verdict],
+    figures: Mapping[str, Path],
+    command: str,
+    out: Path,
+    wall_s: float,
+) -> str:
+    """The text of results.md."""
+    parts = [
+        f"# {experiment.title}",
+        "",
+        f"Paper: {experiment.paper}",
+        "",
+        f"Scale **{scale}**, {'seed 0' if seeds == 1 else f'seeds 0–{seeds - 1}'}. Command: `{command}`",
+        "",
+        f"Machine: {machine()}. Wall time of this invocation: {wall_s:.0f} s.",
+        "",
+    ]
+    if experiment.notes:
+        parts += [experiment.notes, ""]
+    holds = sum(v.state == HOLDS for v in verdicts)
+    parts += [f"## Claims ({holds} of {len(verdicts)} hold)", "", verdict_table(verdicts) if verdicts else "No claims at this scale.", ""]
+    parts += [
+        "## Results",
+        "",
+        f"Reference numbers: {experiment.reference_source}",
+        "",
+        table(experiment, results),
+        "",
+    ]
+    failed = [r for res in results.values() for r in res.failed]
+    if failed:
+        parts += [f"{len(failed)} failed run(s):", ""] + [f"- {r.path}: {r.problem}" for r in failed] + [""]
+    if figures:
+        parts += ["## Figures", ""]
+        parts += [f"![{name}]({path.relative_to(out).as_posix()})" for name, path in figures.items()] + [""]
+    parts += ["## Runs", "", "Each run's overrides at this scale (over the defaults of `identifiable_cl/config.py`):", ""]
+    for spec in experiment.runs:
+        parts.append(f"- **{spec.label}** — {spec.description}: `{_override_text(experiment.overrides(spec.label, scale))}`")
+    parts.append("")
+    return "\n".join(parts)
+
+
+def _curves_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults]):
+    from matplotlib.figure import Figure
+
+    runs = spec["runs"]
+    fig = Figure(figsize=(4.5 * len(runs), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(runs), sharey=True, squeeze=False)[0]
+    for ax, label in zip(axes, runs):
+        for metric in spec["metrics"]:
+            steps, means, stds = results[label].curves(metric)
+            if not steps:
+                continue
+            line = ax.plot(steps, means, marker="o", ms=3, label=metric)[0]
+            ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
+                            color=line.get_color(), alpha=0.2)
+        ax.set(title=label, xlabel="training step")
+        if ax.has_data():
+            ax.legend(fontsize=8)
+    axes[0].set_ylabel(spec.get("ylabel", "held-out score"))
+    if spec.get("title"):
+        fig.suptitle(spec["title"])
+    return fig
+
+
+def _against_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults], experiment: Experiment, scale: str):
+    from matplotlib.figure import Figure
+
+    metrics = spec["metrics"]
+    fig = Figure(figsize=(4.5 * len(metrics), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, metric in zip(axes, metrics):
+        for series in spec["series"]:
+            points = []
+            factor = series.get("scale", 1.0)
+            for label in series["runs"]:
+                x = experiment.overrides(label, scale).get(series["x"])
+                x = x * factor if isinstance(x, (int, float)) else None
+                mean, std = results[label].mean(metric), results[label].std(metric)
+                if isinstance(x, (int, float)) and mean is not None:
+                    points.append((float(x), mean, std or 0.0))
+            if points:
+                points.sort()
+                xs, ys, es = zip(*points)
+                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=series["label"])
+        if isinstance(spec.get("vline"), (int, float)):
+            ax.axvline(spec["vline"], color="black", ls="--", lw=0.8)
+        ax.set(title=metric, xlabel=spec.get("xlabel", "x"))
+        if ax.has_data():
+            ax.legend(fontsize=8)
+    if spec.get("title"):
+        fig.suptitle(spec["title"])
+    return fig
+
+
+def draw(experiment: Experiment, scale: str, results: Mapping[str, RunResults], out: Path) -> dict[str, Path]:
+    """Draw every figure of the experiment into ``out/figures``; ``{}`` without matplotlib."""
+    try:
+        import matplotlib  # noqa: F401
+    except ModuleNotFoundError:
+        return {}
+    paths = {}
+    for spec in experiment.figures:
+        if spec["kind"] == "curves":
+            fig = _curves_figure(spec, results)
+        else:
+            fig = _against_figure(spec, results, experiment, scale)
+        path = Path(out) / "figures" / f"{spec['name']}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+        paths[spec["name"]] = path
+    return paths

@@ -1,0 +1,179 @@
+"""``icl reproduce``: run an experiment through the local sweep runner and write results.md.
+
+For each labelled run the experiment becomes a W&B grid sweep over the seeds
+(every override a constant ``value:``), written to
+``OUT/sweeps/<experiment>-<scale>-<label>/sweep.yaml``; the planned runs of all
+sweeps are executed by :func:`identifiable_cl.sweeps.local.execute`, ``workers``
+at a time, and finished runs are skipped when the command is repeated. Then
+``OUT/results.md`` (tables beside the reference numbers and the identity
+baseline, claim verdicts), ``OUT/results.json`` (the same numbers) and
+``OUT/figures/*.png`` are written. As in ``icl sweep run``, parallel runs share
+the cores (``OMP_NUM_THREADS`` = cores // workers unless set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from identifiable_cl.reproduce import report
+from identifiable_cl.reproduce.claims import Verdict, check
+from identifiable_cl.reproduce.experiment import (
+    EXPERIMENTS_DIR,
+    SCALES,
+    Experiment,
+    check_experiment,
+    experiment_names,
+    load_experiment,
+)
+from identifiable_cl.results import sweep_run
+from identifiable_cl.sweeps.local import Outcome, execute, is_finished, write_sweep_file
+from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
+from identifiable_cl.sweeps.spec import SweepSpec, parse_sweep
+
+DEFAULT_OUT = "runs/reproduce"
+SWEEPS = "sweeps"
+RESULTS_MD, RESULTS_JSON = "results.md", "results.json"
+
+
+@dataclass
+class Reproduction:
+    """What ``reproduce`` produced: per-label results, claim verdicts, figure paths and the results.md path."""
+
+    experiment: Experiment
+    scale: str
+    results: dict[str, report.RunResults]
+    verdicts: list[Verdict]
+    figures: dict[str, Path]
+    markdown: Path
+
+
+Planned = list[tuple[str, SweepSpec, PlannedRun]]
+"""(run label, its sweep, one planned seed of it)."""
+
+
+def plan(experiment: Experiment, scale: str, seeds: int, out: Path) -> Planned:
+    """Every planned run of the experiment; each sweep file is written to ``out/sweeps``."""
+    planned = []
+    for spec_run in experiment.runs:
+        raw = experiment.sweep(spec_run.label, scale, seeds)
+        spec = parse_sweep(raw, f"{experiment.name}/{spec_run.label}")
+        write_sweep_file(spec, out / SWEEPS)
+        planned += [(spec_run.label, spec, run) for run in plan_runs(spec, out / SWEEPS)]
+    return planned
+
+
+def run_all(planned: Planned, workers: int, echo: Callable[[str], None]) -> list[Outcome]:
+    """Execute the planned runs not finished before, ``workers`` at a time."""
+    todo = [(spec, run) for _, spec, run in planned if not is_finished(run.folder)]
+    echo(f"{len(planned)} runs, {len(planned) - len(todo)} finished before, {len(todo)} to run, {workers} at a time")
+    lock, done = threading.Lock(), [0]
+
+    def work(item: tuple[SweepSpec, PlannedRun]) -> Outcome:
+        spec, run = item
+        outcome = execute(spec, run, workers=workers)
+        with lock:
+            done[0] += 1
+            echo(f"[{done[0]}/{len(todo)}] {spec.name} seed {run.params.get('seed')}: {outcome.state} "
+                 f"(exit {outcome.exit_code}, {outcome.wall_s:.1f} s)")
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(work, todo))
+
+
+def collect(experiment: Experiment, planned: Planned) -> dict[str, report.RunResults]:
+    """The runs of each label, read back from their folders (failed runs included, with their problem)."""
+    results = {r.label: report.RunResults(r.label) for r in experiment.runs}
+    for label, _, run in planned:
+        results[label].runs.append(sweep_run(run.folder))
+    return results
+
+
+def reproduce(
+    name: str | Path,
+    scale: str = "smoke",
+    *,
+    seeds: int = 1,
+    workers: int = 1,
+    out: str | Path | None = None,
+    command: str | None = None,
+    echo: Callable[[str], None] = print,
+) -> Reproduction:
+    """Run experiment ``name`` at ``scale`` with seeds 0..seeds-1 and write results.md into ``out``."""
+    if scale not in SCALES:
+        raise ValueError(f"--scale {scale!r}: allowed: {', '.join(SCALES)}")
+    if seeds < 1:
+        raise ValueError(f"--seeds {seeds}: must be >= 1")
+    if workers < 1:
+        raise ValueError(f"--workers {workers}: must be >= 1")
+    experiment = load_experiment(name)
+    check_experiment(experiment, (scale,))
+    out = Path(out) if out is not None else Path(DEFAULT_OUT) / f"{experiment.name}-{scale}"
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    planned = plan(experiment, scale, seeds, out)
+    run_all(planned, workers, echo)
+    results = collect(experiment, planned)
+    means = {label: res.means() for label, res in results.items()}
+    verdicts = [check(c, means, scale) for c in experiment.claims if c.applies(scale)]
+    figures = report.draw(experiment, scale, results, out)
+    command = command or f"icl reproduce {experiment.name} --scale {scale} --seeds {seeds} --workers {workers} --out {out}"
+    text = report.markdown(
+        experiment, scale, seeds, results, verdicts, figures, command, out, time.perf_counter() - started
+    )
+    (out / RESULTS_MD).write_text(text)
+    (out / RESULTS_JSON).write_text(json.dumps(
+        {
+            "experiment": experiment.name,
+            "scale": scale,
+            "seeds": seeds,
+            "means": means,
+            "failed": {label: [str(r.path) for r in res.failed] for label, res in results.items()},
+            "claims": [
+                {"claim": v.claim.text, "verdict": v.state, "left": v.left, "right": v.right, "threshold": v.threshold,
+                 "detail": v.detail}
+                for v in verdicts
+            ],
+        },
+        indent=2,
+    ))
+    echo(f"{sum(v.state == 'holds' for v in verdicts)} of {len(verdicts)} claims hold; results in {out / RESULTS_MD}")
+    return Reproduction(experiment, scale, results, verdicts, figures, out / RESULTS_MD)
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    command = "icl reproduce " + " ".join(
+        shlex.quote(str(a)) for a in (args.name, "--scale", args.scale, "--seeds", args.seeds, "--workers", args.workers)
+    ) + (f" --out {shlex.quote(str(args.out))}" if args.out else "")
+    result = reproduce(args.name, args.scale, seeds=args.seeds, workers=args.workers, out=args.out, command=command)
+    failed = sum(len(r.failed) for r in result.results.values())
+    return 1 if failed else 0
+
+
+def add_reproduce_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``reproduce`` to the ``icl`` subcommands."""
+    p = subparsers.add_parser(
+        "reproduce",
+        help="rerun a paper's experiments (experiments/NAME) and check its claims",
+        description="Run every configuration of experiments/NAME/experiment.yaml over seeds through the local "
+        "sweep runner, then write OUT/results.md: mean ± std beside the reference numbers and the identity "
+        "baseline, a verdict per claim, and figures. Rerunning skips finished runs.",
+        epilog=f"experiments in {EXPERIMENTS_DIR}: {', '.join(experiment_names()) or 'none'}",
+    )
+    p.add_argument("name", help="experiment name (a folder of experiments/) or the path of its folder")
+    p.add_argument("--scale", choices=SCALES, default="smoke",
+                   help="paper: the published settings; smoke: reduced for a CPU (default); tiny: a few steps, "
+                   "checks the plumbing only")
+    p.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per configuration (default: 1)")
+    p.add_argument("--workers", type=int, default=1, help="runs in parallel (default: 1)")
+    p.add_argument("--out", help=f"output folder (default: {DEFAULT_OUT}/NAME-SCALE)")
+    p.set_defaults(func=cmd_reproduce)
+    return p

@@ -1,0 +1,252 @@
+"""``icl reproduce``: experiment files, claim evaluation, and a tiny end-to-end run (plumbing, not claims)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from identifiable_cl.cli import main
+from identifiable_cl.reproduce import reproduce
+from identifiable_cl.reproduce.claims import FAILS, HOLDS, NO_DATA, Claim, check
+from identifiable_cl.reproduce.experiment import (
+    EXPERIMENTS_DIR,
+    SCALES,
+    TINY,
+    check_experiment,
+    combine,
+    experiment_names,
+    load_experiment,
+    parse_experiment,
+)
+from identifiable_cl.reproduce.report import RunResults, table
+from identifiable_cl.results import Run
+from identifiable_cl.sweeps.spec import load_sweep
+
+PAPERS = ("zimmermann2021", "vonkugelgen2021", "rusak2024")
+
+
+def test_the_three_papers_and_the_extensions_are_present():
+    assert set(PAPERS) | {"hard_negatives", "ensembles"} <= set(experiment_names())
+
+
+@pytest.mark.parametrize("name", experiment_names())
+def test_every_run_of_every_experiment_validates_at_every_scale(name):
+    experiment = load_experiment(name)
+    check_experiment(experiment, SCALES)
+    for run in experiment.runs:
+        paper = experiment.config(run.label, "paper")
+        smoke = experiment.config(run.label, "smoke")
+        assert smoke["train"]["steps"] < paper["train"]["steps"]
+        assert smoke["train"]["batch_size"] <= paper["train"]["batch_size"]
+    assert (EXPERIMENTS_DIR / name / "RESULTS.md").is_file()
+    assert KNOWN_SMOKE_FAILURES.get(name, set()) <= {c.text for c in experiment.claims}
+
+
+def test_paper_scale_uses_the_published_reference_settings():
+    for name, batch in (("zimmermann2021", 6144), ("vonkugelgen2021", 6144), ("rusak2024", 1000)):
+        experiment = load_experiment(name)
+        for run in experiment.runs:
+            config = experiment.config(run.label, "paper")
+            assert config["encoder"]["widths"] is None  # the reference [10n, 50n, 50n, 50n, 50n, 10n]
+            assert config["train"]["batch_size"] == batch
+            assert config["optim"]["lr"] == 1e-4
+            assert config["dgp"]["mixing"]["layers"] == 3
+    vk = load_experiment("vonkugelgen2021")
+    assert vk.config("p1", "paper")["dgp"]["mixing"]["cond_ratio"] == 0.001
+    assert vk.config("p1", "paper")["train"]["steps"] == 100000
+
+
+def test_vk21_rows_match_the_reference_table():
+    vk = load_experiment("vonkugelgen2021")
+    rows = {
+        run.label: (
+            vk.config(run.label, "smoke")["dgp"]["conditional"]["p_change"],
+            vk.config(run.label, "smoke")["dgp"]["marginal"].get("dependence", False),
+            vk.config(run.label, "smoke")["dgp"]["conditional"].get("dependence", False),
+            vk.config(run.label, "smoke")["dgp"]["marginal"].get("content_dependent_style", False),
+        )
+        for run in vk.runs
+    }
+    assert sorted(rows.values()) == sorted(
+        [(1.0, False, False, False), (0.75, False, False, False), (0.75, True, True, False), (0.75, True, True, True)]
+    )
+    assert vk.run("p075_dependent_content_style").reference["r2_nonlinear_style"] == "0.806 ± 0.061"
+
+
+def test_combine_drops_the_options_of_a_replaced_component():
+    merged = combine(
+        {"loss.name": "infonce", "loss.tau": 0.1, "dgp.conditional.name": "vmf", "dgp.conditional.kappa": 5.0},
+        {"loss.name": "aninfonce", "dgp.conditional.name": "vmf"},
+    )
+    assert merged == {"loss.name": "aninfonce", "dgp.conditional.name": "vmf", "dgp.conditional.kappa": 5.0}
+
+
+def _experiment(**changes):
+    raw = {
+        "name": "toy",
+        "title": "toy",
+        "paper": "nobody",
+        "reference_source": "none",
+        "base": {"loss.name": "infonce", "loss.tau": 0.5, "train.steps": 10},
+        "scales": {"paper": {"train.steps": 1000}, "smoke": {"train.steps": 100, "loss.tau": 0.2}},
+        "runs": [
+            {"label": "a", "description": "a", "overrides": {"loss.tau": 0.3}, "scales": {"smoke": {"train.steps": 50}}},
+            {"label": "b", "description": "b", "overrides": {"loss.name": "aninfonce"}},
+        ],
+        "metrics": ["r2_linear"],
+        "claims": [{"claim": "x", "left": {"run": "a", "metric": "r2_linear"}, "op": ">=", "right": 0.5}],
+    }
+    raw.update(changes)
+    return parse_experiment(raw, Path("."), "toy.yaml")
+
+
+def test_layers_apply_in_order_and_tiny_shrinks_smoke():
+    e = _experiment()
+    assert e.overrides("a", "paper")["train.steps"] == 1000
+    assert e.overrides("a", "paper")["loss.tau"] == 0.3
+    assert e.overrides("a", "smoke")["train.steps"] == 50
+    assert e.overrides("b", "smoke")["train.steps"] == 100
+    assert "loss.tau" not in e.overrides("b", "smoke")  # aninfonce has no tau
+    tiny = e.overrides("a", "tiny")
+    assert tiny["loss.tau"] == 0.3 and all(tiny[k] == v for k, v in TINY.items())
+    sweep = e.sweep("a", "smoke", seeds=3)
+    assert sweep["method"] == "grid" and sweep["parameters"]["seed"] == {"values": [0, 1, 2]}
+    assert sweep["parameters"]["loss.tau"] == {"value": 0.3}
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"base": {"loss.tauu": 1}}, "loss.tauu"),
+        ({"base": {"seed": 1}}, "--seeds"),
+        ({"colour": "red"}, "colour"),
+        ({"scales": {"huge": {}}}, "scales"),
+        ({"claims": [{"claim": "x", "left": {"run": "zzz", "metric": "m"}, "op": ">=", "right": 1}]}, "zzz"),
+        ({"claims": [{"claim": "x", "left": {"run": "a", "metric": "m"}, "op": "=>", "right": 1}]}, "op"),
+        ({"claims": [{"claim": "x", "left": 0.5, "op": ">=", "right": 1}]}, "left"),
+        ({"claims": [{"claim": "x", "left": {"run": "a", "metric": "m"}, "op": ">=", "right": {"big": 1}}]}, "right"),
+        ({"figures": [{"name": "f", "kind": "curves", "runs": ["q"], "metrics": ["m"]}]}, "runs"),
+    ],
+)
+def test_bad_experiment_files_name_the_entry(changes, message):
+    with pytest.raises(ValueError, match=message):
+        check_experiment(_experiment(**changes), ("smoke",))
+
+
+def test_unknown_experiment_lists_the_known_ones():
+    with pytest.raises(ValueError, match="rusak2024"):
+        load_experiment("no_such_paper")
+
+
+def _claim(**raw):
+    base = {"claim": "c", "left": {"run": "x", "metric": "m"}, "op": ">="}
+    return Claim.parse("claims[0]", {**base, **raw}, SCALES)
+
+
+def test_claims_compare_means_with_numbers_runs_offsets_and_per_scale_thresholds():
+    means = {"x": {"m": 0.8, "identity_m": 0.5}, "y": {"m": 0.7}}
+    assert check(_claim(right=0.75), means, "smoke").state == HOLDS
+    assert check(_claim(right=0.85), means, "smoke").state == FAILS
+    assert check(_claim(right=0.8), means, "smoke").state == HOLDS  # >= includes equality
+    assert check(_claim(right=0.8, op=">"), means, "smoke").state == FAILS
+    v = check(_claim(right={"run": "y", "metric": "m"}, offset=0.1), means, "smoke")
+    assert v.state == HOLDS and math.isclose(v.threshold, 0.8)
+    assert check(_claim(right={"run": "y", "metric": "m"}, offset=0.2), means, "smoke").state == FAILS
+    assert check(_claim(right={"run": "x", "metric": "identity_m"}, offset=0.3), means, "smoke").state == HOLDS
+    per_scale = _claim(right={"paper": 0.95, "smoke": 0.75})
+    assert check(per_scale, means, "smoke").state == HOLDS
+    assert check(per_scale, means, "tiny").state == HOLDS  # tiny falls back to smoke
+    assert check(per_scale, means, "paper").state == FAILS
+    low = _claim(op="<=", right={"run": "y", "metric": "m"}, offset=-0.05)
+    assert check(low, {"x": {"m": 0.6}, "y": {"m": 0.7}}, "smoke").state == HOLDS
+    assert check(low, {"x": {"m": 0.68}, "y": {"m": 0.7}}, "smoke").state == FAILS
+    assert "0.680" in check(low, {"x": {"m": 0.68}, "y": {"m": 0.7}}, "smoke").detail
+
+
+def test_a_claim_without_numbers_has_no_data_and_scales_limit_where_it_applies():
+    assert check(_claim(right=0.5), {"x": {}}, "smoke").state == NO_DATA
+    assert check(_claim(right={"run": "y", "metric": "m"}), {"x": {"m": 1.0}}, "smoke").state == NO_DATA
+    assert check(_claim(right={"paper": 0.9}), {"x": {"m": 1.0}}, "smoke").state == NO_DATA
+    only_paper = _claim(right=0.5, scales=["paper"])
+    assert only_paper.applies("paper") and not only_paper.applies("smoke") and not only_paper.applies("tiny")
+
+
+def test_table_shows_mean_std_reference_and_identity(tmp_path):
+    e = _experiment(runs=[{"label": "a", "description": "a", "reference": {"r2_linear": "0.99 ± 0.01"}}])
+    res = RunResults("a", [
+        Run(tmp_path, {}, (), {"r2_linear": 0.8, "identity_r2_linear": 0.6}),
+        Run(tmp_path, {}, (), {"r2_linear": 0.9, "identity_r2_linear": 0.6}),
+        Run(tmp_path, {}, (), None, problem="exit 1"),
+    ])
+    text = table(e, {"a": res})
+    assert "| a | r2_linear | 0.850 ± 0.071 (n=2) | 0.99 ± 0.01 | 0.600 |" in text
+    assert len(res.failed) == 1 and res.means()["r2_linear"] == pytest.approx(0.85)
+
+
+def _tiny_experiment(folder: Path) -> Path:
+    """The R24 experiment cut to its two bimodal runs (and the claims and figure about them)."""
+    raw = yaml.safe_load((EXPERIMENTS_DIR / "rusak2024" / "experiment.yaml").read_text())
+    keep = {"infonce_bimodal", "aninfonce_bimodal"}
+    raw["runs"] = [r for r in raw["runs"] if r["label"] in keep]
+
+    def runs(claim):
+        return {o["run"] for o in (claim["left"], claim["right"]) if isinstance(o, dict) and "run" in o}
+
+    raw["claims"] = [c for c in raw["claims"] if runs(c) <= keep]
+    raw["figures"] = [f for f in raw["figures"] if set(f["runs"]) <= keep]
+    path = folder / "tiny_r24" / "experiment.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    return path.parent
+
+
+def test_reproduce_runs_end_to_end_at_tiny_scale(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    folder = _tiny_experiment(tmp_path)
+    out = tmp_path / "out"
+    lines: list[str] = []
+    result = reproduce(folder, "tiny", seeds=1, workers=2, out=out, echo=lines.append)
+    assert all(r.ok for res in result.results.values() for r in res.runs), [r.problem for res in result.results.values() for r in res.runs]
+    text = result.markdown.read_text()
+    assert "| infonce_bimodal | r2_linear_lambda_5 |" in text and "≈ 0.01 (figure, 50k)" in text
+    assert "## Claims" in text and len(result.verdicts) >= 4
+    assert all(v.state in (HOLDS, FAILS) for v in result.verdicts)  # numbers exist; tiny runs decide nothing
+    assert (out / "figures" / "block_r2_over_steps.png").stat().st_size > 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["scale"] == "tiny" and set(data["means"]) == {"infonce_bimodal", "aninfonce_bimodal"}
+    sweeps = sorted((out / "sweeps").glob("*/sweep.yaml"))
+    assert len(sweeps) == 2 and load_sweep(sweeps[0]).method == "grid"
+    lines.clear()
+    again = reproduce(folder, "tiny", seeds=1, workers=1, out=out, echo=lines.append)
+    assert "2 finished before, 0 to run" in lines[0]
+    assert again.results["aninfonce_bimodal"].means() == result.results["aninfonce_bimodal"].means()
+
+
+def test_cli_reports_an_unknown_experiment(capsys):
+    assert main(["reproduce", "no_such_paper", "--scale", "tiny"]) == 2
+    assert "no_such_paper" in capsys.readouterr().err
+
+
+KNOWN_SMOKE_FAILURES = {
+    "hard_negatives": {
+        "DGP-side: below κ (β = κ/2) the latents are still recovered",
+        "loss-side: past κ (latent tilt 2κ) recovery degrades clearly against tilt κ/2",
+    },
+}
+"""Claims measured not to hold at smoke scale, each explained in that experiment's RESULTS.md."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", experiment_names())
+def test_smoke_scale_claims_hold(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    result = reproduce(name, "smoke", seeds=1, workers=2, out=tmp_path / name)
+    assert all(r.ok for res in result.results.values() for r in res.runs)
+    failing = {v.claim.text for v in result.verdicts if v.state != HOLDS}
+    assert failing <= KNOWN_SMOKE_FAILURES.get(name, set()), [
+        v.detail for v in result.verdicts if v.claim.text in failing - KNOWN_SMOKE_FAILURES.get(name, set())
+    ]

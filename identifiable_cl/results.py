@@ -50,13 +50,10 @@ class Run:
         return self.problem is None
 
 
-@dataclass
-class Group:
-    """Runs sharing the values of the grouping keys (``key``: their text, ``values``: as read)."""
+class RunSet:
+    """Methods shared by collections of runs with a ``runs`` list (seeds of one configuration)."""
 
-    key: tuple[str, ...]
-    values: dict[str, Any]
-    runs: list[Run] = field(default_factory=list)
+    runs: list[Run]
 
     @property
     def succeeded(self) -> list[Run]:
@@ -66,17 +63,31 @@ class Group:
     def failed(self) -> list[Run]:
         return [r for r in self.runs if not r.ok]
 
+    def metric_values(self, metric: str) -> list[float]:
+        """The finite numeric values of ``metric`` over the successful runs."""
+        out = []
+        for run in self.succeeded:
+            value = run.summary.get(metric)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                out.append(float(value))
+        return out
+
     def stats(self, metric: str) -> tuple[float | None, float | None, int]:
         """Mean, sample std (None below two values) and count of a metric over the successful runs."""
-        values = [
-            float(r.summary[metric])
-            for r in self.succeeded
-            if isinstance(r.summary.get(metric), (int, float)) and not isinstance(r.summary.get(metric), bool)
-        ]
-        values = [v for v in values if math.isfinite(v)]
+        values = self.metric_values(metric)
         if not values:
             return None, None, 0
         return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None, len(values)
+
+
+@dataclass
+class Group(RunSet):
+    """Runs sharing the values of the grouping keys (``key``: their text, ``values``: as read)."""
+
+    key: tuple[str, ...]
+    values: dict[str, Any]
+    runs: list[Run] = field(default_factory=list)
+
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

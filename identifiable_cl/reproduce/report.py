@@ -14,7 +14,6 @@ Figures listed in ``experiment.yaml`` (``figures:``), each a PNG in ``OUT/figure
 
 from __future__ import annotations
 
-import math
 import platform
 import statistics
 from dataclasses import dataclass, field
@@ -24,40 +23,22 @@ from typing import Any, Mapping, Sequence
 from identifiable_cl import rundir
 from identifiable_cl.reproduce.claims import HOLDS, Verdict
 from identifiable_cl.reproduce.experiment import Experiment
-from identifiable_cl.results import Run
+from identifiable_cl.results import Run, RunSet
 from identifiable_cl.sweeps.local import RUN
 
 
 @dataclass
-class RunResults:
+class RunResults(RunSet):
     """The seeds of one labelled run: successful and failed runs, means and stds of every summary metric."""
 
     label: str
     runs: list[Run] = field(default_factory=list)
 
-    @property
-    def succeeded(self) -> list[Run]:
-        return [r for r in self.runs if r.ok]
-
-    @property
-    def failed(self) -> list[Run]:
-        return [r for r in self.runs if not r.ok]
-
-    def values(self, metric: str) -> list[float]:
-        out = []
-        for run in self.succeeded:
-            value = run.summary.get(metric)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                out.append(float(value))
-        return out
-
     def mean(self, metric: str) -> float | None:
-        values = self.values(metric)
-        return statistics.fmean(values) if values else None
+        return self.stats(metric)[0]
 
     def std(self, metric: str) -> float | None:
-        values = self.values(metric)
-        return statistics.stdev(values) if len(values) > 1 else None
+        return self.stats(metric)[1]
 
     def means(self) -> dict[str, float]:
         keys = {k for r in self.succeeded for k in r.summary}
@@ -102,7 +83,7 @@ def table(experiment: Experiment, results: Mapping[str, RunResults]) -> str:
         for metric in experiment.metrics:
             if metric == "lambda_learned":
                 continue
-            n = len(res.values(metric))
+            n = len(res.metric_values(metric))
             reference = spec.reference.get(metric)
             if n == 0 and reference is None:
                 continue

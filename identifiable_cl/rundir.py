@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+import numpy as np
 import torch
 import yaml
 
@@ -80,6 +81,14 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def save_torch(path: Path, obj: Any) -> None:
     _atomic(path, lambda tmp: torch.save(obj, tmp))
+
+
+def save_npz(path: Path, **arrays: Any) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+    _atomic(path, write)
 
 
 def load_torch(path: Path) -> Any:

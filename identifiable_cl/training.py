@@ -30,10 +30,8 @@ from dgp.checks import fail
 from dgp.seeding import stream_seed
 from identifiable_cl import __version__, rundir
 from identifiable_cl.components import build_encoder, build_loss
-from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recovery
+from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recovery, linear_readout
 from identifiable_cl.tracking import Tracker, open_tracker
-
-SUMMARY_KEYS = ("r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman")
 
 
 class NonFiniteLoss(RuntimeError):
@@ -356,11 +354,6 @@ class Trainer:
 
     def _readout(self) -> None:
         """Save true vs linearly read-out test latents (for the recovery scatter plots)."""
-        from identifiable_cl.evaluation import linear_readout
-
         generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.readout"))
         z, z_hat, per_dim = linear_readout(encode_fn(self.c.encoder), self.c.process, generator, n_fit=4096, n_test=2048)
-        import numpy as np
-
-        path = self.run_dir / rundir.READOUT
-        rundir._atomic(path, lambda tmp: np.savez(open(tmp, "wb"), z=z, z_hat=z_hat, r2_per_dim=per_dim))
+        rundir.save_npz(self.run_dir / rundir.READOUT, z=z, z_hat=z_hat, r2_per_dim=per_dim)

@@ -7,7 +7,7 @@ from typing import Any
 
 import dgp
 from identifiable_cl import rundir
-from identifiable_cl.training import Components, Trainer, build, restore
+from identifiable_cl.training import Components, Trainer, build, evaluation, restore
 
 
 def load_run(run_dir: Path) -> Components:
@@ -25,11 +25,9 @@ def load_run(run_dir: Path) -> Components:
 def evaluate_run(run_dir: Path) -> dict[str, Any]:
     """Final-size held-out metrics of the saved encoder, beside the identity baseline; written to ``evaluation.json``."""
     c = load_run(run_dir)
-    trainer = Trainer(c, Path(run_dir), resumed=True, progress=False)
-    from identifiable_cl.training import evaluation
-
+    trainer = Trainer(c, Path(run_dir), progress=False)
     c.extra.setdefault("wall_s", 0.0)
     c.extra.setdefault("steps_timed", 0)
-    result = trainer.summarize(evaluation(c, final=True), trainer._identity())
+    result = trainer.summarize(evaluation(c, final=True), trainer.identity())
     rundir.write_json(Path(run_dir) / "evaluation.json", result)
     return result

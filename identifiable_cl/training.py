@@ -208,10 +208,9 @@ def draw_figures_if_possible(run_dir: Path) -> dict[str, Path]:
 class Trainer:
     """Runs one training job into a run directory. ``run()`` returns the summary dict."""
 
-    def __init__(self, c: Components, run_dir: Path, resumed: bool, progress: bool | None = None):
+    def __init__(self, c: Components, run_dir: Path, progress: bool | None = None):
         self.c = c
         self.run_dir = Path(run_dir)
-        self.resumed = resumed
         self.progress = progress
         self.tracker: Tracker = Tracker()
 
@@ -226,7 +225,7 @@ class Trainer:
         rundir.write_config(run_dir, c.config)
         rundir.write_json(run_dir / rundir.META, rundir.meta(c.device))
         rundir.save_torch(run_dir / rundir.DGP, c.process.to_file())
-        return cls(c, run_dir, resumed=False, progress=progress)
+        return cls(c, run_dir, progress=progress)
 
     @classmethod
     def resume(cls, run_dir: Path, overrides: Mapping[str, Any] | None = None, progress: bool | None = None) -> "Trainer":
@@ -241,7 +240,7 @@ class Trainer:
             raise ValueError(f"--resume {str(run_dir)!r}: not a run directory (no {rundir.CONFIG} and {rundir.DGP})")
         config = rundir.read_config(run_dir)
         for key in overrides or {}:
-            if not key.split(".")[0] in ("train", "eval", "device", "wandb"):
+            if key.split(".")[0] not in ("train", "eval", "device", "wandb"):
                 fail(key, overrides[key], "cannot be changed on resume; only train.*, eval.*, device and wandb.* can")
         config = merge_layer(config, overrides or {}, "the command line")
         validate(config)
@@ -252,7 +251,7 @@ class Trainer:
         rundir.truncate_metrics(run_dir, c.step)
         rundir.write_config(run_dir, c.config)
         (run_dir / rundir.SUMMARY).unlink(missing_ok=True)
-        return cls(c, run_dir, resumed=True, progress=progress)
+        return cls(c, run_dir, progress=progress)
 
     def save_checkpoint(self) -> None:
         rundir.save_torch(self.run_dir / rundir.CHECKPOINT, checkpoint_state(self.c))
@@ -273,7 +272,7 @@ class Trainer:
         self.tracker.finish(summary)
         return summary
 
-    def _identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, Any]:
         if "identity" not in self.c.extra:
             e = self.c.config["eval"]
             generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.identity"))
@@ -286,7 +285,7 @@ class Trainer:
 
     def _loop(self, t: Mapping[str, Any]) -> dict[str, Any]:
         c = self.c
-        identity = self._identity()
+        identity = self.identity()
         if c.step == 0:
             self.save_checkpoint()
         bar = tqdm(total=t["steps"], initial=c.step, disable=self.progress is False or None, dynamic_ncols=True, desc="train")

@@ -5,18 +5,31 @@
   forward+backward pass of the reference encoder on that batch's 2·6144
   observations; target: sampling under 5 % of the encoder step.
 - evaluation: see :mod:`identifiable_cl.evaluation.bench`.
+- loss: forward + backward of symmetric InfoNCE for every similarity at batch
+  1024 and 6144 (n = 10) beside the reference encoder's forward + backward on the
+  same 2B rows, for the blocked core (native C and eager torch kernels) and for a
+  plain implementation written here that materialises the (2B, 2B) logits; and
+  the loss's peak extra memory, measured in a fresh process.
 - training: steps/s of the full training step at batch 1024 and 6144, and the
   share of step time spent outside the encoder's own forward + backward +
-  optimizer step (sampling, mixing, loss, bookkeeping); target under 10 %.
+  optimizer step (sampling, mixing, loss, bookkeeping); target under 15 %.
+- precision: the reference encoder's training step at batch 1000 under
+  ``train.precision`` bf16 against fp32.
+All ratios are measured side by side in one process.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any, Callable, Iterable
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
 import dgp
 from dgp.seeding import stream_seed
@@ -121,9 +134,122 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, print
     return rows
 
 
+SECTIONS = ("sampling", "evaluation", "loss", "training", "precision")
+LOSS_KINDS = ("cosine", "l1", "l2", "l3")
+NAIVE_LIMIT_BYTES = 2 << 30
+"""The plain implementation is skipped where its logits/differences would exceed this."""
+
+
+def naive_infonce(h: Tensor, h_pos: Tensor, kind: str, tau: float) -> Tensor:
+    """Symmetric InfoNCE (NT-Xent) the straightforward way: the whole (2B, 2B) logit matrix
+    (for Lp, from the (2B, 2B, d) difference tensor), autograd for the backward pass."""
+    both = torch.cat([h, h_pos])
+    if kind == "cosine":
+        unit = F.normalize(both, dim=1)
+        logits = unit @ unit.T / tau
+    else:
+        logits = -(both[:, None, :] - both[None, :, :]).abs().pow(int(kind[1])).sum(-1) / tau
+    batch = h.shape[0]
+    logits = logits.masked_fill(torch.eye(2 * batch, dtype=torch.bool, device=h.device), -math.inf)
+    targets = torch.cat([torch.arange(batch, 2 * batch), torch.arange(batch)]).to(h.device)
+    return F.cross_entropy(logits, targets)
+
+
+def _loss_inputs(batch: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    g = torch.Generator().manual_seed(stream_seed(0, "bench.loss"))
+    h = torch.randn(batch, 10, generator=g).to(device)
+    return h.requires_grad_(), (h.detach() + 0.1 * torch.randn(batch, 10, generator=g).to(device)).requires_grad_()
+
+
+def loss_step(kind: str, batch: int, impl: str, device: torch.device) -> Callable[[], None]:
+    """Forward + backward of symmetric InfoNCE (τ = 0.1) by ``impl``: native, eager or naive."""
+    from identifiable_cl.losses import InfoNCE
+    from identifiable_cl.losses.blocked import use_kernels
+
+    h, h_pos = _loss_inputs(batch, device)
+    loss = InfoNCE(dim=10, similarity=kind, tau=0.1)
+
+    def step() -> None:
+        if impl == "naive":
+            naive_infonce(h, h_pos, kind, 0.1).backward()
+        else:
+            with use_kernels(impl):
+                loss(h, h_pos).backward()
+
+    return step
+
+
+def loss_peak_memory(kind: str, batch: int, impl: str) -> float:
+    """Peak extra resident memory (MiB) of one loss forward + backward, in a fresh CPU process (Linux).
+
+    The child's peak resident size (``ru_maxrss``) after the call minus its resident size
+    (``/proc/self/statm``) just before it.
+    """
+    code = (
+        "import os, resource, torch; from identifiable_cl.bench import loss_step; "
+        f"s = loss_step({kind!r}, {batch}, {impl!r}, torch.device('cpu')); "
+        "base = int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 1024; s(); "
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    return float(done.stdout.split()[-1]) / 1024 if done.returncode == 0 else math.nan
+
+
+def bench_loss(batches: Iterable[int] = (1024, 6144), reps: int = 3, memory: bool = True,
+               print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    from identifiable_cl.losses import native
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    impls = (["native"] if device.type == "cpu" and native.available() else []) + ["eager", "naive"]
+    print_fn(f"\nloss forward+backward, symmetric InfoNCE, n = 10, on {device}: ms, and % of the encoder's fwd+bwd on 2B rows")
+    print_fn(f"{'similarity':<11}{'batch':>6}{'encoder':>9}" + "".join(f"{i:>18}" for i in impls) + f"{'naive/best':>12}"
+             + (f"{'peak MiB':>10}" if memory else ""))
+    rows = []
+    for batch in batches:
+        enc = encoder_step_time(10, 2 * batch, device, reps)
+        for kind in LOSS_KINDS:
+            row: dict[str, Any] = {"similarity": kind, "batch": batch, "encoder_ms": enc * 1e3}
+            cells = []
+            for impl in impls:
+                width = 10 if kind != "cosine" else 1
+                if impl == "naive" and (2 * batch) ** 2 * width * 4 > NAIVE_LIMIT_BYTES:
+                    row[impl] = math.nan
+                    cells.append(f"{'(too big)':>18}")
+                    continue
+                t = timed(loss_step(kind, batch, impl, device), reps, warmup=1)
+                row[impl] = t * 1e3
+                cells.append(f"{t * 1e3:>9.1f} ({100 * t / enc:>5.1f}%)")
+            best = min(row[i] for i in impls if i != "naive")
+            speedup = row["naive"] / best if not math.isnan(row["naive"]) else math.nan
+            line = f"{kind:<11}{batch:>6}{enc * 1e3:>9.1f}" + "".join(cells) + f"{speedup:>11.1f}x"
+            if memory and device.type == "cpu":
+                row["peak_mib"] = loss_peak_memory(kind, batch, impls[0])
+                line += f"{row['peak_mib']:>10.0f}"
+            rows.append(row)
+            print_fn(line)
+    return rows
+
+
+def bench_precision(batch: int = 1000, steps: int = 5, print_fn: Callable[[str], None] = print) -> dict[str, Any]:
+    """Training step of the reference encoder (R24's sphere setting) in fp32 and bf16."""
+    from identifiable_cl.config import load_config
+    from identifiable_cl.training import build, train_step
+
+    out: dict[str, Any] = {}
+    for precision in ("fp32", "bf16"):
+        config = load_config("sphere", {"train.batch_size": batch, "train.precision": precision,
+                                        "dgp.mixing.cond_draws": 2500})
+        c = build(config)
+        out[precision] = timed(lambda: train_step(c), steps, warmup=1)
+    ratio = out["fp32"] / out["bf16"]
+    print_fn(f"\nprecision, reference encoder, batch {batch}: fp32 {out['fp32'] * 1e3:.1f} ms, "
+             f"bf16 {out['bf16'] * 1e3:.1f} ms per step: bf16 is {ratio:.2f}x {'faster' if ratio >= 1 else 'as fast'}")
+    return {**out, "speedup": ratio}
+
+
 def run_bench(quick: bool = False, sections: Iterable[str] | None = None, print_fn: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the selected sections (all by default) and return their rows."""
-    sections = list(sections or ["sampling", "evaluation", "training"])
+    sections = list(sections or SECTIONS)
     torch.manual_seed(stream_seed(0, "bench"))
     out: dict[str, Any] = {}
     if "sampling" in sections:
@@ -133,6 +259,11 @@ def run_bench(quick: bool = False, sections: Iterable[str] | None = None, print_
 
         print_fn("")
         out["evaluation"] = eval_bench.run(print_fn=print_fn, quick=quick)
+    if "loss" in sections:
+        out["loss"] = bench_loss(batches=(1024,) if quick else (1024, 6144), reps=2 if quick else 3,
+                                 memory=not quick, print_fn=print_fn)
     if "training" in sections:
         out["training"] = bench_training(batches=(1024,) if quick else (1024, 6144), steps=3 if quick else 10, print_fn=print_fn)
+    if "precision" in sections:
+        out["precision"] = bench_precision(steps=2 if quick else 5, print_fn=print_fn)
     return out

@@ -122,9 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="list every registered component by kind and name, with its origin")
     p.set_defaults(func=cmd_plugins)
 
-    p = sub.add_parser("bench", help="print sampling, evaluation and training-speed figures")
+    from identifiable_cl.bench import SECTIONS
+
+    p = sub.add_parser("bench", help="print sampling, evaluation, loss, training and precision figures")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a fast look")
-    p.add_argument("--only", nargs="*", choices=["sampling", "evaluation", "training"], help="run only these sections")
+    p.add_argument("--only", nargs="*", choices=SECTIONS, help="run only these sections")
     p.set_defaults(func=cmd_bench)
 
     for module, adder in (

@@ -28,7 +28,9 @@ optim
 train
     ``steps``, ``batch_size``, ``log_every`` (loss logged every k steps),
     ``eval_every`` (held-out evaluation every k steps; the last step is always
-    evaluated), ``checkpoint_every``.
+    evaluated), ``checkpoint_every``, ``precision`` (``fp32``, or ``bf16``: the
+    encoder's forward pass under bfloat16 autocast, the loss and its reductions
+    in float32; worth it on GPUs and CPUs with AMX/AVX512-BF16 units only).
 eval
     ``n_fit``/``n_test`` held-out samples for the periodic evaluation,
     ``final_n_fit``/``final_n_test`` for the final one, ``nonlinear`` (also
@@ -63,7 +65,10 @@ DEFAULTS: dict[str, Any] = {
     "encoder": {"name": "mlp", "widths": [256, 256, 256], "normalize": "none"},
     "loss": {"name": "infonce", "similarity": "l1", "tau": 0.1},
     "optim": {"lr": 2e-3, "loss_lr": 1e-3, "grad_clip": None, "weight_decay": 0.0},
-    "train": {"steps": 3000, "batch_size": 512, "log_every": 50, "eval_every": 500, "checkpoint_every": 500},
+    "train": {
+        "steps": 3000, "batch_size": 512, "log_every": 50, "eval_every": 500, "checkpoint_every": 500,
+        "precision": "fp32",
+    },
     "eval": {
         "n_fit": 4096,
         "n_test": 8192,
@@ -82,6 +87,9 @@ which identifies the latents up to permutation and sign (MCC → 1). The
 encoder is a smaller MLP ([256, 256, 256]) than the reference one
 (``encoder.widths: null``) so that it trains in minutes on a CPU.
 """
+
+PRECISIONS = ("fp32", "bf16")
+"""``train.precision``: float32 throughout, or the encoder's forward pass under bfloat16 autocast."""
 
 COMPONENT_SECTIONS = ("dgp.space", "dgp.marginal", "dgp.conditional", "dgp.negatives", "dgp.mixing", "encoder", "loss")
 """Sections that name a registered component: their other keys are that component's options."""
@@ -116,6 +124,7 @@ _LEAF_TYPES: dict[str, str] = {
     "train.log_every": "int",
     "train.eval_every": "int",
     "train.checkpoint_every": "int",
+    "train.precision": "str",
     "eval.n_fit": "int",
     "eval.n_test": "int",
     "eval.final_n_fit": "int",
@@ -285,6 +294,8 @@ def validate(config: Mapping[str, Any]) -> None:
         fail("optim.weight_decay", config["optim"]["weight_decay"], "must be >= 0")
     if config["wandb"]["mode"] not in (None, "online", "offline", "disabled", "shared"):
         fail("wandb.mode", config["wandb"]["mode"], "allowed: online, offline, disabled, shared, or null (from WANDB_MODE)")
+    if config["train"]["precision"] not in PRECISIONS:
+        fail("train.precision", config["train"]["precision"], f"allowed: {', '.join(PRECISIONS)}")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", config["device"]):
         fail("device", config["device"], "allowed: auto, cpu, cuda, cuda:<index>")
     for section in COMPONENT_SECTIONS:
@@ -327,6 +338,17 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mappi
         overrides = parse_overrides(overrides)
     config = merge_layer(config, overrides, "the command line")
     validate(config)
+    return config
+
+
+def fill_new_keys(config: dict[str, Any]) -> dict[str, Any]:
+    """Add the default of every non-component key missing from ``config`` (a run saved before the key existed)."""
+    for key in _LEAF_TYPES:
+        parts = key.split(".")
+        node = config
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node.setdefault(parts[-1], _get(DEFAULTS, key))
     return config
 
 

@@ -100,7 +100,10 @@ def write_config(run_dir: Path, config: Mapping[str, Any]) -> None:
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
-    return yaml.safe_load((Path(run_dir) / CONFIG).read_text())
+    """The run's saved config, with the defaults of keys added since it was saved."""
+    from identifiable_cl.config import fill_new_keys
+
+    return fill_new_keys(yaml.safe_load((Path(run_dir) / CONFIG).read_text()))
 
 
 def append_metrics(run_dir: Path, records: Iterable[Mapping[str, Any]]) -> None:

@@ -108,10 +108,17 @@ def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Comp
 
 
 def train_step(c: Components) -> Tensor:
-    """One step on a fresh batch; returns the loss as a device tensor (no host synchronisation)."""
+    """One step on a fresh batch; returns the loss as a device tensor (no host synchronisation).
+
+    With ``train.precision: bf16`` the encoder's forward pass runs under bfloat16 autocast
+    and its outputs are cast back to float32 for the loss.
+    """
     batch = c.process.sample(c.config["train"]["batch_size"], c.batches)
     parts = [batch.x, batch.x_pos] + ([batch.x_neg.reshape(-1, c.process.dim)] if batch.x_neg is not None else [])
-    h_all = c.encoder(torch.cat(parts))
+    bf16 = c.config["train"]["precision"] == "bf16"
+    with torch.autocast(c.device.type, dtype=torch.bfloat16, enabled=bf16):
+        h_all = c.encoder(torch.cat(parts))
+    h_all = h_all.to(c.process.dtype)
     size = batch.x.shape[0]
     h, h_pos = h_all[:size], h_all[size : 2 * size]
     h_neg = h_all[2 * size :].reshape(*batch.x_neg.shape[:-1], -1) if batch.x_neg is not None else None

@@ -4,7 +4,7 @@
 equation it implements and ``base`` for the negative sets and reductions.
 """
 
-from identifiable_cl.losses import aninfonce, ensemble, hard_negative, infonce  # noqa: F401
+from identifiable_cl.losses import aninfonce, blocked, ensemble, hard_negative, infonce, native  # noqa: F401
 from identifiable_cl.losses.aninfonce import AnInfoNCE
 from identifiable_cl.losses.base import ContrastiveLoss
 from identifiable_cl.losses.ensemble import Ensemble

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -18,7 +19,8 @@ from identifiable_cl.losses.base import (
     check_dim,
     check_inputs,
     check_lr,
-    infonce_rows,
+    contrastive_loss,
+    infonce_row,
     normalise,
     option_key,
 )
@@ -97,6 +99,17 @@ class AnInfoNCE(ContrastiveLoss):
 
     def terms(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Terms:
         """Logits of positives ``(R,)`` and negatives ``(R, K)`` (-inf = excluded)."""
+        h, h_pos, h_neg = self._scaled(h, h_pos, h_neg)
+        return assemble(self.negatives, h, h_pos, h_neg, "l2", key=self.config_key)
+
+    def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
+        """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
+        h, h_pos, h_neg = self._scaled(h, h_pos, h_neg)
+        row = functools.partial(infonce_row, reduction=self.reduction)
+        return contrastive_loss(self.negatives, h, h_pos, h_neg, "l2", 1.0, (1.0,), row, self.config_key)
+
+    def _scaled(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None):
+        """Checked inputs (unit-normalised if ``unit_norm``) times s = sqrt(c Λ̂)."""
         check_inputs(h, h_pos, self.dim)
         if not self.requires_negatives:
             h_neg = None
@@ -104,15 +117,7 @@ class AnInfoNCE(ContrastiveLoss):
             h, h_pos, h_neg = normalise(h, h_pos, h_neg)
         tiny = torch.finfo(self.raw_lambda.dtype).tiny
         scale = (self.factor * self.lambda_hat).clamp_min(tiny).sqrt()
-        h, h_pos = h * scale, h_pos * scale
-        if h_neg is not None:
-            h_neg = h_neg * scale
-        return assemble(self.negatives, h, h_pos, h_neg, "l2", key=self.config_key)
-
-    def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
-        """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
-        t = self.terms(h, h_pos, h_neg)
-        return infonce_rows(t.pos, t.neg, t.n_neg, self.reduction).mean()
+        return h * scale, h_pos * scale, None if h_neg is None else h_neg * scale
 
     def logs(self) -> dict[str, float | list[float]]:
         return {"lambda_hat": self.lambda_hat.detach().cpu().tolist()}

@@ -24,21 +24,27 @@ reference codes. The negative set is chosen by the ``negatives`` option:
   shape (M, d) shared by all anchors or (B, K, d) per anchor. vK21's code
   (ysharma1126/ssl_identifiability) uses a fresh batch (M = B) with ``logmeanexp``.
 
-Masks of excluded pairs are built on the fly on the inputs' device for the batch at hand.
+Losses are computed by :func:`contrastive_loss`, which hands batch and shared negatives to the
+row-blocked core (``identifiable_cl.losses.blocked``: O(B · block) memory, analytic gradient);
+:func:`assemble` builds the dense logit matrices, for inspection (``terms()``) and as the plain
+reference the core is tested against. Excluded pairs are marked on the fly on the inputs' device
+for the batch at hand.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import math
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dgp import checks
+from identifiable_cl.losses.blocked import Pairing, Plan, blocked_loss
 
 SIMILARITIES = ("cosine", "dot", "l1", "l2", "l3")
 NEGATIVE_SETS = ("symmetric", "r24", "one_sided", "first_view", "independent")
@@ -137,20 +143,10 @@ def assemble(
 
     if negatives == "independent":
         pos = paired_similarity(h, h_pos, kind) / tau
-        if h_neg is None:
-            raise ValueError(
-                f"{key}.negatives='independent' needs the encodings of the DGP's "
-                "negative samples (h_neg), but none were given; configure a negatives sampler"
-            )
-        if h_neg.dim() == 2 and h_neg.shape[1] == h.shape[1]:
+        if _check_negatives(h, h_neg, key) == "shared":
             return Terms(pos, pairwise(h, h_neg), h_neg.shape[0])
-        if h_neg.dim() == 3 and h_neg.shape[0] == batch and h_neg.shape[2] == h.shape[1]:
-            neg = pairwise(h.unsqueeze(1), h_neg).squeeze(1)
-            return Terms(pos, neg, h_neg.shape[1])
-        raise ValueError(
-            f"h_neg must have shape (M, d={h.shape[1]}) or (B={batch}, K, d={h.shape[1]}); "
-            f"got {tuple(h_neg.shape)}"
-        )
+        neg = pairwise(h.unsqueeze(1), h_neg).squeeze(1)
+        return Terms(pos, neg, h_neg.shape[1])
     if batch < 2:
         raise ValueError(
             f"{key}.negatives={negatives!r} draws negatives from the batch and needs "
@@ -176,15 +172,99 @@ def assemble(
     return Terms(torch.cat([pos, pos]), neg, 2 * batch - 2)
 
 
-def infonce_rows(pos: Tensor, neg: Tensor, n_neg: int, reduction: str) -> Tensor:
-    """Per-anchor InfoNCE ``(R,)`` from logits ``pos (R,)`` and ``neg (R, K)`` (-inf = excluded).
+def infonce_row(pos: Tensor, lse: Tensor, scale: Tensor, n_neg: int, reduction: str) -> Tensor:
+    """Per-anchor InfoNCE ``(R,)`` from the positive logits ``pos (R,)`` and ``lse (R, 1)``.
 
-    -pos + log sum exp([pos, neg]), minus log(1 + n_neg) for ``logmeanexp``.
+    ``lse[:, 0]`` = log Σ_k exp l(a, a-_k) over the anchor's negatives; the row is
+    -pos + log(exp pos + exp lse), minus log(1 + n_neg) for ``logmeanexp``.
     """
-    total = torch.logaddexp(pos, torch.logsumexp(neg, dim=1))
+    total = torch.logaddexp(pos, lse[:, 0])
     if reduction == "logmeanexp":
         total = total - math.log(1 + n_neg)
     return total - pos
+
+
+def contrastive_loss(
+    negatives: str,
+    h: Tensor,
+    h_pos: Tensor,
+    h_neg: Tensor | None,
+    kind: str,
+    scale: Tensor | float,
+    multipliers: tuple[float, ...],
+    row_loss: Callable[..., Tensor],
+    key: str = "loss",
+) -> Tensor:
+    """Mean over anchors of ``row_loss(pos, lse, scale, n_neg=...)`` for the negative set ``negatives``.
+
+    Logits are l(a, b) = scale · sim(a, b) (``kind`` as in ``pairwise_similarity``);
+    ``lse[:, m]`` = log Σ_k exp(multipliers[m] · l(a, a-_k)) over the anchor's negatives
+    (module docstring) and ``pos`` = l(a, a+). Batch negatives and shared DGP negatives
+    (M, d) go through the row-blocked core (``identifiable_cl.losses.blocked``); per-anchor
+    DGP negatives (B, K, d) hold only B·K logits and are scored directly. Encodings in
+    bfloat16/float16 are promoted to float32 first, so reductions run in float32.
+    """
+    h, h_pos, h_neg = _promote(h, h_pos, h_neg)
+    batch = h.shape[0]
+    pos = paired_similarity(h, h_pos, kind) * scale
+    if negatives == "independent":
+        neg_shape = _check_negatives(h, h_neg, key)
+        if neg_shape == "per_anchor":
+            logits = pairwise_similarity(h.unsqueeze(1), h_neg, kind).squeeze(1) * scale
+            rows = functools.partial(row_loss, n_neg=h_neg.shape[1])
+            lse = torch.stack([torch.logsumexp(c * logits, 1) for c in multipliers], 1)
+            return rows(pos, lse, torch.as_tensor(scale, dtype=pos.dtype, device=pos.device)).mean()
+        plan_args = ((h, h_neg), [Pairing(0, 1)], [(0,)], h_neg.shape[0], batch)
+    else:
+        if batch < 2:
+            raise ValueError(
+                f"{key}.negatives={negatives!r} draws negatives from the batch and needs "
+                f"at least 2 samples; got a batch of {batch}"
+            )
+        plan_args = _batch_plan(negatives, h, h_pos)
+    tensors, pairings, groups, n_neg, count = plan_args
+    if negatives == "symmetric":
+        pos = torch.cat([pos, pos])
+    plan = Plan(kind, tuple(pairings), tuple(groups), tuple(multipliers),
+                functools.partial(row_loss, n_neg=n_neg), count)
+    return blocked_loss(plan, tensors, pos, scale)
+
+
+def _batch_plan(negatives: str, h: Tensor, h_pos: Tensor):
+    """Tensors, pairings, groups, negatives per anchor and row count of an in-batch negative set."""
+    batch = h.shape[0]
+    if negatives == "symmetric":
+        return (torch.cat([h, h_pos]),), [Pairing(0, 0, "views")], [(0,)], 2 * batch - 2, 2 * batch
+    if negatives == "first_view":
+        return (h,), [Pairing(0, 0)], [(0,)], batch, batch
+    if negatives == "one_sided":
+        return (h, h_pos), [Pairing(0, 1, "diagonal")], [(0,)], batch - 1, batch
+    # r24: h_i pools {h_j} and {h+_j}; h+_i pools {h+_j} and the same {sim(h_i, h+_j)}, j != i
+    pairings = [Pairing(0, 0, "diagonal"), Pairing(1, 1, "diagonal"), Pairing(0, 1, "diagonal")]
+    return (h, h_pos), pairings, [(0, 2), (1, 2)], 2 * batch - 2, 2 * batch
+
+
+def _check_negatives(h: Tensor, h_neg: Tensor | None, key: str) -> str:
+    """``shared`` for h_neg (M, d), ``per_anchor`` for (B, K, d); anything else is an error."""
+    batch = h.shape[0]
+    if h_neg is None:
+        raise ValueError(
+            f"{key}.negatives='independent' needs the encodings of the DGP's "
+            "negative samples (h_neg), but none were given; configure a negatives sampler"
+        )
+    if h_neg.dim() == 2 and h_neg.shape[1] == h.shape[1]:
+        return "shared"
+    if h_neg.dim() == 3 and h_neg.shape[0] == batch and h_neg.shape[2] == h.shape[1]:
+        return "per_anchor"
+    raise ValueError(
+        f"h_neg must have shape (M, d={h.shape[1]}) or (B={batch}, K, d={h.shape[1]}); "
+        f"got {tuple(h_neg.shape)}"
+    )
+
+
+def _promote(*xs: Tensor | None) -> tuple[Tensor | None, ...]:
+    low = (torch.bfloat16, torch.float16)
+    return tuple(x.float() if x is not None and x.dtype in low else x for x in xs)
 
 
 def check_inputs(h: Tensor, h_pos: Tensor, dim: int) -> None:

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from dgp import checks
-from identifiable_cl.losses.base import option_key
+from identifiable_cl.losses.base import contrastive_loss, option_key
 from identifiable_cl.losses.infonce import InfoNCE
 from identifiable_cl.registries import LOSSES
 
@@ -69,25 +69,29 @@ class HardNegativeInfoNCE(InfoNCE):
 
     def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
         """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
-        t = self.terms(h, h_pos, h_neg)
-        log_n = math.log(t.n_neg)
-        log_w = torch.where(torch.isfinite(t.neg), self.beta * t.neg, t.neg)
-        log_g = torch.logsumexp(log_w + t.neg, 1) - torch.logsumexp(log_w, 1) + log_n
-        if self.tau_plus > 0:
-            log_g = self._debias(log_g, t.pos, log_n)
-        rows = torch.logaddexp(t.pos, log_g) - t.pos
-        if self.reduction == "logmeanexp":
-            rows = rows - math.log(1 + t.n_neg)
-        return rows.mean()
+        h, h_pos, h_neg, kind = self._prepare(h, h_pos, h_neg)
+        scale = 1.0 / self.temperature.value()
+        multipliers = (self.beta + 1.0, self.beta)
+        return contrastive_loss(self.negatives, h, h_pos, h_neg, kind, scale, multipliers, self._row, self.config_key)
 
-    def _debias(self, log_g: Tensor, pos: Tensor, log_n: float) -> Tensor:
+    def _row(self, pos: Tensor, lse: Tensor, scale: Tensor, n_neg: int) -> Tensor:
+        """Rows (R,) from l+ (R,) and lse (R, 2) = log Σ_k [e^{(β+1) l_k}, e^{β l_k}]; scale = 1/tau."""
+        log_n = math.log(n_neg)
+        log_g = lse[:, 0] - lse[:, 1] + log_n
+        if self.tau_plus > 0:
+            log_g = self._debias(log_g, pos, log_n, scale)
+        rows = torch.logaddexp(pos, log_g) - pos
+        if self.reduction == "logmeanexp":
+            rows = rows - math.log(1 + n_neg)
+        return rows
+
+    def _debias(self, log_g: Tensor, pos: Tensor, log_n: float, scale: Tensor) -> Tensor:
         """log max((G - τ⁺ N e^{l+}) / (1 - τ⁺), N e^{-1/tau}) from log G, l+ (all (R,))."""
         gap = math.log(self.tau_plus) + log_n + pos - log_g
         below = gap < 0
         safe_gap = torch.where(below, gap, torch.full_like(gap, -1.0))
         debiased = log_g + torch.log(-torch.expm1(safe_gap)) - math.log1p(-self.tau_plus)
-        floor = log_n - 1.0 / torch.as_tensor(self.temperature.value(), dtype=pos.dtype)
-        floor = floor.to(pos.device).expand_as(pos)
+        floor = (log_n - scale).to(pos.dtype).expand_as(pos)
         return torch.maximum(torch.where(below, debiased, floor), floor)
 
     def extra_repr(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from torch import Tensor
 
 from dgp import checks
@@ -16,7 +18,8 @@ from identifiable_cl.losses.base import (
     check_dim,
     check_inputs,
     check_lr,
-    infonce_rows,
+    contrastive_loss,
+    infonce_row,
     normalise,
     option_key,
 )
@@ -77,20 +80,26 @@ class InfoNCE(ContrastiveLoss):
 
     def terms(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Terms:
         """Logits sim / tau of positives ``(R,)`` and negatives ``(R, K)`` (-inf = excluded)."""
-        check_inputs(h, h_pos, self.dim)
-        if not self.requires_negatives:
-            h_neg = None
-        kind = self.similarity
-        if kind == "cosine":
-            h, h_pos, h_neg = normalise(h, h_pos, h_neg)
-            kind = "dot"
+        h, h_pos, h_neg, kind = self._prepare(h, h_pos, h_neg)
         tau = self.temperature.value()
         return assemble(self.negatives, h, h_pos, h_neg, kind, tau, self.config_key)
 
     def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
         """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
-        t = self.terms(h, h_pos, h_neg)
-        return infonce_rows(t.pos, t.neg, t.n_neg, self.reduction).mean()
+        h, h_pos, h_neg, kind = self._prepare(h, h_pos, h_neg)
+        row = functools.partial(infonce_row, reduction=self.reduction)
+        scale = 1.0 / self.temperature.value()
+        return contrastive_loss(self.negatives, h, h_pos, h_neg, kind, scale, (1.0,), row, self.config_key)
+
+    def _prepare(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None):
+        """Checked inputs (unit-normalised for cosine) and the similarity the core computes."""
+        check_inputs(h, h_pos, self.dim)
+        if not self.requires_negatives:
+            h_neg = None
+        if self.similarity == "cosine":
+            h, h_pos, h_neg = normalise(h, h_pos, h_neg)
+            return h, h_pos, h_neg, "dot"
+        return h, h_pos, h_neg, self.similarity
 
     def logs(self) -> dict[str, float | list[float]]:
         return {"tau": self.temperature.item()}

@@ -1,0 +1,346 @@
+"""The memory-light core of every InfoNCE-family loss: row-blocked log-sum-exp, analytic gradient.
+
+For anchor rows a_i (R, d) and candidate rows c_j (N, d), the logits are
+
+    l_ij = s · sim(a_i, c_j),   sim = aᵀc (``dot``) or -Σ_k |a_k - c_k|^p (``l1``, ``l2``, ``l3``),
+
+with a scale s (1/τ; a tensor when τ is learnt). Every loss of the family needs, per anchor and
+for a few multipliers c_m (1 for InfoNCE; β + 1 and β for hard-negative weighting),
+
+    lse_im = log Σ_{j not excluded} exp(c_m l_ij),                                        (1)
+
+and then a per-row loss ``row_loss(pos_i, lse_i·, s)`` of the anchor's positive logit pos_i.
+A negative set may pool several (anchors, candidates) pairings into one sum (1); see
+``identifiable_cl.losses.base.contrastive_loss`` for the five sets.
+
+The (R, N) logit matrix is never held: rows are processed in blocks of ``b`` rows (b · N ≈
+``BLOCK_ENTRIES``). Within a block every row is complete, so (1) is the usual max-shifted sum,
+and the per-row loss and its derivatives (by autograd on the small (b,) tensors) are known at
+once. The gradient of the mean loss L = Σ_i row_i / count is then accumulated in the same pass,
+
+    ∂L/∂l_ij = Σ_m (∂L/∂lse_im) · c_m · softmax_j(c_m l_i·),      G_ij = s · ∂L/∂l_ij,
+    ∂L/∂a_i = Σ_j G_ij ∂sim_ij/∂a_i,   ∂L/∂c_j = Σ_i G_ij ∂sim_ij/∂c_j,   ∂L/∂s = Σ_ij (∂L/∂l_ij) sim_ij,
+
+with ∂sim/∂a = c (dot) or -p sign(a - c)|a - c|^{p-1} (Lp), so the backward pass only scales the
+stored gradients by the incoming one. Exponentials are taken once per entry (the softmax weights
+are the stored shifted exponentials divided by their sum); shifted logits are floored at
+:func:`exp_floor` first, far below anything that changes (1) and above the slow subnormal path
+of CPU ``exp``. Excluded pairs get weight exactly 0.
+
+Peak extra memory: a few (b, N) buffers per pairing, O(BLOCK_ENTRIES) whatever the batch; no
+(b, N, d) difference tensor is formed (the Lp kernels loop over the d coordinates).
+
+Kernels: ``native`` computes the similarities and their gradients with the C kernels of
+``identifiable_cl.losses.native`` (CPU, float32/float64; one vectorised pass over the block);
+``eager`` with torch operations (any device and dtype; the only choice on a GPU). ``auto``
+(default) takes ``native`` where it applies. The softmax parts are torch operations in both.
+Choose with :func:`use_kernels` or the environment variable ``ICL_KERNELS``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterator, NamedTuple, Sequence
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from identifiable_cl.losses import native
+
+KIND = ("dot", "l1", "l2", "l3")
+KERNELS = ("auto", "eager", "native")
+BLOCK_ENTRIES = 1 << 20
+"""Target number of logits per row block (b · N); 4 MiB per (b, N) buffer in float32."""
+
+_KERNELS: contextvars.ContextVar[str | None] = contextvars.ContextVar("icl_kernels", default=None)
+_BLOCK_ROWS: contextvars.ContextVar[int | None] = contextvars.ContextVar("icl_block_rows", default=None)
+
+
+def kernels() -> str:
+    """The kernel choice in force: :func:`use_kernels`, else ``ICL_KERNELS``, else ``auto``."""
+    choice = _KERNELS.get() or os.environ.get("ICL_KERNELS", "auto")
+    if choice not in KERNELS:
+        raise ValueError(f"ICL_KERNELS={choice!r} is invalid: allowed: {', '.join(KERNELS)}")
+    return choice
+
+
+@contextlib.contextmanager
+def use_kernels(choice: str | None = None, block_rows: int | None = None) -> Iterator[None]:
+    """Within the block, use ``choice`` kernels and/or exactly ``block_rows`` rows per block."""
+    if choice is not None and choice not in KERNELS:
+        raise ValueError(f"kernels={choice!r} is invalid: allowed: {', '.join(KERNELS)}")
+    if block_rows is not None and (isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1):
+        raise ValueError(f"block_rows={block_rows!r} is invalid: expected a positive integer")
+    tokens = (_KERNELS.set(choice), _BLOCK_ROWS.set(block_rows))
+    try:
+        yield
+    finally:
+        _KERNELS.reset(tokens[0])
+        _BLOCK_ROWS.reset(tokens[1])
+
+
+class Pairing(NamedTuple):
+    """Anchors ``tensors[anchors]`` (R, d) against candidates ``tensors[candidates]`` (N, d).
+
+    ``exclude``: ``none``; ``diagonal`` (j = i); ``views`` (j ≡ i mod N/2: with both views
+    stacked, a row's own sample in either view).
+    """
+
+    anchors: int
+    candidates: int
+    exclude: str = "none"
+
+
+RowLoss = Callable[[Tensor, Tensor, Tensor], Tensor]
+"""``row_loss(pos (b,), lse (b, M), scale ()) -> (b,)``, differentiable in all three."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to compute: pairings, the groups of pairings pooled per row, and the row loss.
+
+    ``groups[g]`` lists pairing indices whose sums (1) add up to row ``i``'s negative set;
+    the loss is Σ_g Σ_i row_loss(pos_i, lse_gi, s) / count.
+    """
+
+    kind: str
+    pairings: tuple[Pairing, ...]
+    groups: tuple[tuple[int, ...], ...]
+    multipliers: tuple[float, ...]
+    row_loss: RowLoss
+    count: int
+
+
+def _power(x: Tensor, p: int) -> Tensor:
+    return x.abs() if p == 1 else x * x if p == 2 else x * x * x.abs()
+
+
+def _power_slope(x: Tensor, p: int) -> Tensor:
+    """d|x|^p/dx."""
+    return torch.sign(x) if p == 1 else 2 * x if p == 2 else 3 * x * x.abs()
+
+
+def similarity(a: Tensor, cT: Tensor, kind: str) -> Tensor:
+    """sim(a_i, c_j) (b, N) of a (b, d) and cT = cᵀ (d, N); Lp from differences, coordinate by coordinate."""
+    if _native(a, cT):
+        return native.similarity(a, cT, kind)
+    if kind == "dot":
+        return a @ cT
+    p = int(kind[1])
+    total = _power(a[:, 0:1] - cT[0], p)
+    for k in range(1, a.shape[1]):
+        total = total + _power(a[:, k : k + 1] - cT[k], p)
+    return -total
+
+
+def similarity_gradients(g: Tensor, a: Tensor, cT: Tensor, kind: str) -> tuple[Tensor, Tensor]:
+    """(Σ_j g_ij ∂sim_ij/∂a_i as (b, d), Σ_i g_ij ∂sim_ij/∂c_j as (d, N)) for g (b, N)."""
+    if _native(g, a, cT):
+        return native.gradients(g, a, cT, kind)
+    if kind == "dot":
+        return g @ cT.transpose(0, 1), a.transpose(0, 1) @ g
+    if kind == "l2":  # Σ_j g_ij · -2(a_i - c_j) and Σ_i g_ij · 2(a_i - c_j), as matrix products
+        rows, cols = g.sum(1, keepdim=True), g.sum(0, keepdim=True)
+        return 2 * (g @ cT.transpose(0, 1) - rows * a), 2 * (a.transpose(0, 1) @ g - cols * cT)
+    p = int(kind[1])
+    grad_a, grad_cT = [], []
+    for k in range(a.shape[1]):
+        w = g * _power_slope(a[:, k : k + 1] - cT[k], p)
+        grad_a.append(-w.sum(1))
+        grad_cT.append(w.sum(0))
+    return torch.stack(grad_a, 1), torch.stack(grad_cT, 0)
+
+
+def exp_floor(dtype: torch.dtype) -> float:
+    """Shifted logits are floored here before exp: 0.9 · log(smallest normal), e.g. -78.6 in float32.
+
+    Far enough above the subnormal range that CPU ``exp`` stays on its fast path; the floor
+    changes a row's sum (at least 1) by less than N · e^floor.
+    """
+    return 0.9 * math.log(torch.finfo(dtype).tiny)
+
+
+def block_forward(
+    a: Tensor, cT: Tensor, scale: Tensor, excluded: Tensor | None,
+    kind: str, multipliers: tuple[float, ...], keep_similarity: bool,
+) -> tuple[Tensor | None, Sequence[Tensor], Tensor, Tensor]:
+    """Similarities (b, N) (None unless ``keep_similarity``), shifted exponentials ``E_m`` (b, N),
+    row sums (b, M) and lse (b, M) of one block.
+
+    ``excluded``: (b, 2) int64, the columns each row leaves out (-1 = none), or None.
+    """
+    floor = exp_floor(a.dtype)
+    if _native(a, cT):
+        sim, exps, top, sums = native.forward(
+            a, cT, float(scale), multipliers, excluded, floor, kind, keep_similarity
+        )
+        return sim, exps, sums, top + sums.log()
+    sim = similarity(a, cT, kind)
+    if excluded is not None:
+        left_out = excluded >= 0
+        rows = torch.arange(a.shape[0], device=a.device)[:, None].expand_as(excluded)
+        excluded = (rows[left_out], excluded[left_out])
+    exps, sums, lses = [], [], []
+    for c in multipliers:
+        logits = sim * (scale * c)
+        if excluded is not None:
+            logits.index_put_(excluded, logits.new_full((), -math.inf))
+        top = logits.amax(1, keepdim=True)
+        e = logits.sub_(top).clamp_min_(floor).exp_()
+        if excluded is not None:
+            e.index_put_(excluded, e.new_zeros(()))
+        total = e.sum(1, keepdim=True)
+        exps.append(e)
+        sums.append(total)
+        lses.append(top + total.log())
+    return sim if keep_similarity else None, exps, torch.cat(sums, 1), torch.cat(lses, 1)
+
+
+def block_backward(
+    sim: Tensor | None, exps: Sequence[Tensor], weights: Tensor, scale: Tensor, a: Tensor, cT: Tensor,
+    kind: str,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Gradients (of a (b, d), of cT (d, N), of the scale when ``sim`` is given) from the row weights (b, M).
+
+    ``weights[:, m]`` = c_m · ∂L/∂lse_m / (row sum of E_m), so ∂L/∂l = Σ_m weights_m · E_m.
+    May overwrite ``exps``.
+    """
+    if isinstance(exps, Tensor) and _native(exps, weights, a, cT):
+        return native.backward(exps, weights.contiguous(), sim, float(scale), a, cT, kind)
+    dlogits = exps[0].mul_(weights[:, 0:1])
+    for m in range(1, len(exps)):
+        dlogits = dlogits.add_(exps[m].mul_(weights[:, m : m + 1]))
+    d_scale = None if sim is None else (dlogits * sim).sum()
+    grad_a, grad_cT = similarity_gradients(dlogits.mul_(scale), a, cT, kind)
+    return grad_a, grad_cT, d_scale
+
+
+def _native(*tensors: Tensor) -> bool:
+    """Whether the C kernels compute this block (see the module docstring)."""
+    choice = kernels()
+    if choice == "eager":
+        return False
+    ok = native.supports(*tensors)
+    if choice == "native" and not ok:
+        raise RuntimeError(
+            "ICL_KERNELS=native, but the C kernels do not apply here (they need CPU float32/float64 "
+            "tensors and a C compiler); use auto or eager"
+        )
+    return ok
+
+
+def _excluded(exclude: str, start: int, rows: int, n: int, device: torch.device) -> Tensor | None:
+    """(rows, 2) int64: the columns that rows start..start+rows leave out (-1 = none), or None."""
+    if exclude == "none":
+        return None
+    own = torch.arange(start, start + rows, device=device)
+    if exclude == "diagonal":
+        return torch.stack([own, torch.full_like(own, -1)], 1)
+    own = own % (n // 2)
+    return torch.stack([own, own + n // 2], 1)
+
+
+def block_rows(rows: int, columns: int) -> int:
+    """Rows per block: the :func:`use_kernels` override, else about ``BLOCK_ENTRIES`` / columns."""
+    forced = _BLOCK_ROWS.get()
+    return max(1, min(rows, forced if forced is not None else BLOCK_ENTRIES // max(columns, 1)))
+
+
+class _BlockedLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, plan: Plan, scale: Tensor, pos: Tensor, *tensors: Tensor) -> Tensor:  # type: ignore[override]
+        needs = ctx.needs_input_grad
+        want_grad = any(needs[1:])
+        rows = pos.shape[0]
+        device, dtype = pos.device, pos.dtype
+        tensors = tuple(t.contiguous() for t in tensors)
+        transposed = [t.transpose(0, 1).contiguous() for t in tensors]
+        columns = max(tensors[p.candidates].shape[0] for p in plan.pairings)
+        size = block_rows(rows, columns)
+        grads = [torch.zeros_like(t) for t in tensors] if want_grad else []
+        grads_T = [torch.zeros_like(t) for t in transposed] if want_grad else []
+        grad_pos = torch.zeros_like(pos) if want_grad else None
+        grad_scale = torch.zeros((), dtype=dtype, device=device)
+        total = torch.zeros((), dtype=dtype, device=device)
+        mults = torch.tensor(plan.multipliers, dtype=dtype, device=device)
+        done = 0
+        while done < rows:
+            start = min(done, rows - size)  # the last block overlaps: every block has `size` rows
+            fresh = slice(done - start, size)
+            stats = []
+            for pairing in plan.pairings:
+                a = tensors[pairing.anchors][start : start + size]
+                cT = transposed[pairing.candidates]
+                n = cT.shape[1]
+                excluded = _excluded(pairing.exclude, start, size, n, device)
+                stats.append(block_forward(a, cT, scale, excluded, plan.kind, plan.multipliers, needs[1]))
+            row_grads = _rows(plan, stats, pos[start : start + size][fresh], scale, fresh, want_grad)
+            total += row_grads[0]
+            if want_grad:
+                grad_pos[start : start + size][fresh] += row_grads[1]
+                grad_scale += row_grads[2]
+                for pairing, (sim, exps, sums, _), weights in zip(plan.pairings, stats, row_grads[3]):
+                    if weights is None:
+                        continue
+                    a = tensors[pairing.anchors][start : start + size]
+                    cT = transposed[pairing.candidates]
+                    w = weights * mults / sums
+                    ga, gcT, gs = block_backward(sim, exps, w, scale, a, cT, plan.kind)
+                    grads[pairing.anchors][start : start + size] += ga
+                    grads_T[pairing.candidates] += gcT
+                    if gs is not None:
+                        grad_scale += gs
+            done = start + size
+        if want_grad:
+            for g, gT in zip(grads, grads_T):
+                g += gT.transpose(0, 1)
+            ctx.save_for_backward(grad_scale / plan.count, grad_pos / plan.count, *(g / plan.count for g in grads))
+        return total / plan.count
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        grad_scale, grad_pos, *grads = ctx.saved_tensors
+        return (None, grad * grad_scale, grad * grad_pos, *(grad * g for g in grads))
+
+
+def _rows(plan: Plan, stats, pos: Tensor, scale: Tensor, fresh: slice, want_grad: bool):
+    """Σ of the fresh rows' losses; with gradients: ∂/∂pos, ∂/∂scale and ∂/∂lse per pairing (rows of the block)."""
+    lse = [s[3] for s in stats]
+    with torch.enable_grad():
+        pos_leaf = pos.detach().requires_grad_(want_grad)
+        scale_leaf = scale.detach().requires_grad_(want_grad)
+        lse_leaves = [x[fresh].detach().requires_grad_(want_grad) for x in lse]
+        total = pos.new_zeros(())
+        for group in plan.groups:
+            parts = [lse_leaves[i] for i in group]
+            pooled = parts[0] if len(parts) == 1 else torch.logsumexp(torch.stack(parts), 0)
+            total = total + plan.row_loss(pos_leaf, pooled, scale_leaf).sum()
+        if not want_grad:
+            return (total.detach(),)
+        used = [i for i in range(len(lse)) if any(i in g for g in plan.groups)]
+        outs = torch.autograd.grad(total, [pos_leaf, scale_leaf, *(lse_leaves[i] for i in used)], allow_unused=True)
+    per_pairing: list[Tensor | None] = [None] * len(lse)
+    for i, g in zip(used, outs[2:]):
+        full = torch.zeros_like(lse[i])
+        full[fresh] = g
+        per_pairing[i] = full
+    zero = torch.zeros((), dtype=pos.dtype, device=pos.device)
+    return total.detach(), outs[0], zero if outs[1] is None else outs[1], per_pairing
+
+
+def blocked_loss(plan: Plan, tensors: Sequence[Tensor], pos: Tensor, scale: Tensor | float) -> Tensor:
+    """Σ_g Σ_i plan.row_loss(pos_i, lse_gi, s) / plan.count (a scalar) in O(b · N) memory.
+
+    ``tensors``: the (·, d) inputs that ``plan.pairings`` index; ``pos`` (R,): each row's
+    positive logit; ``scale``: s, a float or a 0-dim tensor (gradients flow into it).
+    """
+    if plan.kind not in KIND:
+        raise ValueError(f"unknown similarity {plan.kind!r} for the blocked core; allowed: {', '.join(KIND)}")
+    scale_t = torch.as_tensor(scale, dtype=pos.dtype, device=pos.device)
+    return _BlockedLoss.apply(plan, scale_t, pos, *tensors)

@@ -182,17 +182,23 @@ def loss_step(kind: str, batch: int, impl: str, device: torch.device) -> Callabl
 def loss_peak_memory(kind: str, batch: int, impl: str) -> float:
     """Peak extra resident memory (MiB) of one loss forward + backward, in a fresh CPU process (Linux).
 
-    The child's peak resident size (``ru_maxrss``) after the call minus its resident size
-    (``/proc/self/statm``) just before it.
+    The child's resident high-water mark (``VmHWM`` of ``/proc/self/status``, which starts
+    afresh with the process, unlike ``ru_maxrss``) after the call minus its resident size
+    (``VmRSS``) just before it.
     """
     code = (
-        "import os, resource, torch; from identifiable_cl.bench import loss_step; "
+        "import torch; from identifiable_cl.bench import loss_step, _status_kib; "
         f"s = loss_step({kind!r}, {batch}, {impl!r}, torch.device('cpu')); "
-        "base = int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 1024; s(); "
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)"
+        "base = _status_kib('VmRSS'); s(); print(_status_kib('VmHWM') - base)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     return float(done.stdout.split()[-1]) / 1024 if done.returncode == 0 else math.nan
+
+
+def _status_kib(field: str) -> int:
+    """A ``kB`` field of ``/proc/self/status``."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
 def bench_loss(batches: Iterable[int] = (1024, 6144), reps: int = 3, memory: bool = True,

@@ -27,7 +27,8 @@ __m256d _ZGVdN4v_exp(__m256d);
 #define ICL_MVEC 1
 #endif
 
-#define TILE 512 /* candidates per pass: a tile of out, g and cT rows stays in L1 */
+#define TILE 512 /* candidates per pass of grad: tiles of g and cT rows stay in L1 */
+#define WIDTH 32 /* candidates per register block of sim */
 
 /* term(t) = |t|^p (p >= 1), slope(t) = d|t|^p/dt; for p = 0, x * c and c. */
 #define TERM0(x, c, t, ABS) ((x) * (c))
@@ -42,25 +43,34 @@ __m256d _ZGVdN4v_exp(__m256d);
 #define ICL_POWER(T, SUFFIX, ABS, P, SIGN)                                                    \
     static void sim_##SUFFIX##_p##P(const T *restrict a, const T *restrict cT, T *restrict s, \
                                     int64_t rows, int64_t d, int64_t n) {                     \
+        const int64_t body = n - n % WIDTH;                                                   \
         for (int64_t i = 0; i < rows; ++i) {                                                  \
-            for (int64_t j0 = 0; j0 < n; j0 += TILE) {                                        \
-                const int64_t m = n - j0 < TILE ? n - j0 : TILE;                              \
-                T *restrict out = s + i * n + j0;                                             \
-                const T x0 = a[i * d];                                                        \
-                for (int64_t j = 0; j < m; ++j) {                                             \
-                    const T t = x0 - cT[j0 + j];                                              \
-                    out[j] = TERM##P(x0, cT[j0 + j], t, ABS);                                 \
+            const T *restrict ai = a + i * d;                                                 \
+            T *restrict out = s + i * n;                                                      \
+            for (int64_t j0 = 0; j0 < body; j0 += WIDTH) {                                    \
+                T acc[WIDTH];                                                                 \
+                for (int64_t l = 0; l < WIDTH; ++l) {                                         \
+                    const T t = ai[0] - cT[j0 + l];                                           \
+                    acc[l] = TERM##P(ai[0], cT[j0 + l], t, ABS);                              \
                 }                                                                             \
                 for (int64_t k = 1; k < d; ++k) {                                             \
-                    const T x = a[i * d + k];                                                 \
+                    const T x = ai[k];                                                        \
                     const T *restrict c = cT + k * n + j0;                                    \
-                    for (int64_t j = 0; j < m; ++j) {                                         \
-                        const T t = x - c[j];                                                 \
-                        out[j] = out[j] + TERM##P(x, c[j], t, ABS);                           \
+                    for (int64_t l = 0; l < WIDTH; ++l) {                                     \
+                        const T t = x - c[l];                                                 \
+                        acc[l] = acc[l] + TERM##P(x, c[l], t, ABS);                           \
                     }                                                                         \
                 }                                                                             \
-                if (SIGN < 0)                                                                 \
-                    for (int64_t j = 0; j < m; ++j) out[j] = -out[j];                         \
+                for (int64_t l = 0; l < WIDTH; ++l) out[j0 + l] = SIGN * acc[l];              \
+            }                                                                                 \
+            for (int64_t j = body; j < n; ++j) {                                              \
+                T total = 0;                                                                  \
+                for (int64_t k = 0; k < d; ++k) {                                             \
+                    const T t = ai[k] - cT[k * n + j];                                        \
+                    total = k == 0 ? TERM##P(ai[k], cT[j], t, ABS)                            \
+                                   : total + TERM##P(ai[k], cT[k * n + j], t, ABS);           \
+                }                                                                             \
+                out[j] = SIGN * total;                                                        \
             }                                                                                 \
         }                                                                                     \
     }                                                                                         \

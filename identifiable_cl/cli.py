@@ -51,11 +51,55 @@ def default_run_dir(out: Path, config: Mapping[str, Any]) -> Path:
     return path
 
 
+def parse_seeds(text: str) -> list[int]:
+    """``--pack-seeds``: ``0-7``, ``1,3,5`` or a mix (``0-3,8``); each seed once."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
+            raise ValueError(f"--pack-seeds={text!r} is invalid: expected seeds like 0-7, 1,3,5 or 0-3,8")
+        first = int(match.group(1))
+        seeds += range(first, int(match.group(2) or first) + 1)
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--pack-seeds={text!r} is invalid: a seed is listed twice")
+    return seeds
+
+
+def cmd_train_packed(args: argparse.Namespace, overrides: Mapping[str, Any]) -> int:
+    """``icl train ... --pack-seeds S``: one run per seed, trained as one pack (``identifiable_cl.packing``)."""
+    from identifiable_cl.config import load_config
+    from identifiable_cl.packing import check_packable, run_packed
+    from identifiable_cl.training import Trainer, build
+
+    if args.resume or args.run_dir:
+        raise ValueError("--pack-seeds starts new runs under --out; it takes neither --resume nor --run-dir")
+    configs = [load_config(args.config, {**overrides, "seed": seed}) for seed in parse_seeds(args.pack_seeds)]
+    built = [build(config) for config in configs]
+    check_packable(built)
+    trainers = []
+    for config, components in zip(configs, built):
+        run_dir = default_run_dir(Path(args.out), config)
+        trainers.append(Trainer.create(config, run_dir, progress=False, components=components))
+        print(f"run directory: {run_dir}")
+    print(trainers[0].c.process.describe())
+    failed = 0
+    for trainer, result in zip(trainers, run_packed(trainers)):
+        print(f"\nseed {trainer.c.config['seed']} ({trainer.run_dir}):")
+        if isinstance(result, BaseException):
+            failed += 1
+            print(f"failed: {result}")
+        else:
+            print(results_table(result))
+    return 1 if failed else 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from identifiable_cl.config import load_config, parse_overrides
     from identifiable_cl.training import Trainer
 
     overrides = parse_overrides(args.overrides)
+    if args.pack_seeds is not None:
+        return cmd_train_packed(args, overrides)
     if args.resume:
         if args.config:
             raise ValueError("--resume takes the config saved in the run directory; do not pass CONFIG too")
@@ -113,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", help="exact run directory to create")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a saved run from its last checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--pack-seeds", metavar="SEEDS",
+                   help="train one run per seed (e.g. 0-7, or 1,3,5) in one process, as one batched computation")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="re-evaluate a saved run from its saved DGP and checkpoint")
@@ -140,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-TRAIN_OPTIONS = {"--out", "--run-dir", "--resume", "--quiet"}
+TRAIN_OPTIONS = {"--out", "--run-dir", "--resume", "--quiet", "--pack-seeds"}
 
 
 def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -125,11 +125,16 @@ def train_step(c: Components) -> Tensor:
     loss = c.loss(h, h_pos, h_neg)
     c.optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    clip_and_step(c)
+    return loss.detach()
+
+
+def clip_and_step(c: Components) -> None:
+    """Clip the gradient norm to ``optim.grad_clip`` (when set) and take the optimizer step."""
     clip = c.config["optim"]["grad_clip"]
     if clip is not None:
         nn.utils.clip_grad_norm_([p for g in c.optimizer.param_groups for p in g["params"]], clip)
     c.optimizer.step()
-    return loss.detach()
 
 
 def encode_fn(encoder: nn.Module) -> Callable[[Tensor], Tensor]:
@@ -222,9 +227,10 @@ class Trainer:
         self.tracker: Tracker = Tracker()
 
     @classmethod
-    def create(cls, config: Mapping[str, Any], run_dir: Path, progress: bool | None = None) -> "Trainer":
-        """A new run: everything is built first, then the directory is written."""
-        c = build(config)
+    def create(cls, config: Mapping[str, Any], run_dir: Path, progress: bool | None = None,
+               components: Components | None = None) -> "Trainer":
+        """A new run: everything is built first (or given, as built from ``config``), then the directory is written."""
+        c = build(config) if components is None else components
         run_dir = Path(run_dir)
         if run_dir.exists() and any(run_dir.iterdir()):
             raise ValueError(f"run directory {str(run_dir)!r} exists and is not empty; use --resume to continue it")
@@ -268,16 +274,27 @@ class Trainer:
         self.tracker.log(record["step"], record)
 
     def run(self) -> dict[str, Any]:
-        c, t = self.c, self.c.config["train"]
-        self.tracker = open_tracker(c.config, self.run_dir)
+        self.open()
         try:
-            summary = self._loop(t)
-            self.tracker.log_figures(self.c.step, draw_figures_if_possible(self.run_dir))
+            self.begin()
+            while not self.done:
+                self.after_step(train_step(self.c))
+            summary = self.end()
         except BaseException:
-            self.tracker.finish(None)
+            self.close(None)
             raise
-        self.tracker.finish(summary)
+        self.close(summary)
         return summary
+
+    def open(self) -> None:
+        """Start the tracker (W&B) of this run."""
+        self.tracker = open_tracker(self.c.config, self.run_dir)
+
+    def close(self, summary: dict[str, Any] | None) -> None:
+        """Log the figures of a finished run and finish its tracker (``None``: the run failed)."""
+        if summary is not None:
+            self.tracker.log_figures(self.c.step, draw_figures_if_possible(self.run_dir))
+        self.tracker.finish(summary)
 
     def identity(self) -> dict[str, Any]:
         if "identity" not in self.c.extra:
@@ -290,55 +307,66 @@ class Trainer:
             self.c.extra["identity"] = {k: v for k, v in base.items() if not k.startswith("identity_mcc_matching")}
         return self.c.extra["identity"]
 
-    def _loop(self, t: Mapping[str, Any]) -> dict[str, Any]:
-        c = self.c
-        identity = self.identity()
+    @property
+    def done(self) -> bool:
+        return self.c.step >= self.c.config["train"]["steps"]
+
+    def begin(self) -> None:
+        """Before the first step: the identity baseline, the initial checkpoint, the progress bar."""
+        c, t = self.c, self.c.config["train"]
+        self._identity = self.identity()
         if c.step == 0:
             self.save_checkpoint()
-        bar = tqdm(total=t["steps"], initial=c.step, disable=self.progress is False or None, dynamic_ncols=True, desc="train")
-        running = torch.zeros((), device=c.device, dtype=torch.float64)
-        finite = torch.ones((), device=c.device, dtype=torch.bool)
-        count, latest, started, start_step = 0, {}, time.perf_counter(), c.step
-        while c.step < t["steps"]:
-            loss = train_step(c)
-            c.step += 1
-            running += loss
-            finite &= torch.isfinite(loss)
-            count += 1
-            log_now = c.step % t["log_every"] == 0
-            eval_now = c.step % t["eval_every"] == 0 or c.step == t["steps"]
-            ckpt_now = c.step % t["checkpoint_every"] == 0 or c.step == t["steps"]
-            if log_now or eval_now or ckpt_now:
-                if not bool(finite):
-                    raise NonFiniteLoss(
-                        f"the loss became NaN or inf between steps {c.step - count + 1} and {c.step}; stopped. "
-                        f"The last good checkpoint in {self.run_dir} is kept (try a lower optim.lr or optim.grad_clip)."
-                    )
-                record: dict[str, Any] = {"step": c.step, "loss": running.item() / count}
-                running.zero_()
-                count = 0
-                if eval_now:
-                    metrics = evaluation(c, final=c.step == t["steps"])
-                    latest = metrics
-                    record.update({k: v for k, v in metrics.items() if k != "mcc_matching"})
-                    bar.set_postfix(
-                        loss=f"{record['loss']:.4f}", r2=f"{metrics['r2_linear']:.3f}", mcc=f"{metrics['mcc_pearson']:.3f}",
-                        refresh=False,
-                    )
-                else:
-                    bar.set_postfix(loss=f"{record['loss']:.4f}", refresh=False)
-                self.record(record)
-                if ckpt_now:
-                    self.save_checkpoint()
-            bar.update(1)
-        bar.close()
-        wall = time.perf_counter() - started
-        if not latest:  # resumed a finished run: evaluate its final state once more
-            latest = evaluation(c, final=True)
+        self._bar = tqdm(total=t["steps"], initial=c.step, disable=self.progress is False or None, dynamic_ncols=True, desc="train")
+        self._running = torch.zeros((), device=c.device, dtype=torch.float64)
+        self._finite = torch.ones((), device=c.device, dtype=torch.bool)
+        self._count, self._latest, self._started, self._start_step = 0, {}, time.perf_counter(), c.step
+
+    def after_step(self, loss: Tensor) -> None:
+        """Account for one step's loss: log, evaluate and checkpoint at their cadence."""
+        c, t = self.c, self.c.config["train"]
+        c.step += 1
+        self._running += loss
+        self._finite &= torch.isfinite(loss)
+        self._count += 1
+        log_now = c.step % t["log_every"] == 0
+        eval_now = c.step % t["eval_every"] == 0 or c.step == t["steps"]
+        ckpt_now = c.step % t["checkpoint_every"] == 0 or c.step == t["steps"]
+        if log_now or eval_now or ckpt_now:
+            if not bool(self._finite):
+                self._bar.close()
+                raise NonFiniteLoss(
+                    f"the loss became NaN or inf between steps {c.step - self._count + 1} and {c.step}; stopped. "
+                    f"The last good checkpoint in {self.run_dir} is kept (try a lower optim.lr or optim.grad_clip)."
+                )
+            record: dict[str, Any] = {"step": c.step, "loss": self._running.item() / self._count}
+            self._running.zero_()
+            self._count = 0
+            if eval_now:
+                metrics = evaluation(c, final=c.step == t["steps"])
+                self._latest = metrics
+                record.update({k: v for k, v in metrics.items() if k != "mcc_matching"})
+                self._bar.set_postfix(
+                    loss=f"{record['loss']:.4f}", r2=f"{metrics['r2_linear']:.3f}", mcc=f"{metrics['mcc_pearson']:.3f}",
+                    refresh=False,
+                )
+            else:
+                self._bar.set_postfix(loss=f"{record['loss']:.4f}", refresh=False)
+            self.record(record)
+            if ckpt_now:
+                self.save_checkpoint()
+        self._bar.update(1)
+
+    def end(self) -> dict[str, Any]:
+        """After the last step: final checkpoint, summary, readout; returns the summary."""
+        c = self.c
+        self._bar.close()
+        wall = time.perf_counter() - self._started
+        latest = self._latest or evaluation(c, final=True)  # a resumed finished run is evaluated once more
         c.extra["wall_s"] = c.extra.get("wall_s", 0.0) + wall
-        c.extra["steps_timed"] = c.extra.get("steps_timed", 0) + (c.step - start_step)
+        c.extra["steps_timed"] = c.extra.get("steps_timed", 0) + (c.step - self._start_step)
         self.save_checkpoint()
-        summary = self.summarize(latest, identity)
+        summary = self.summarize(latest, self._identity)
         self._readout()
         rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
         return summary

@@ -1,0 +1,123 @@
+"""Packed runs: K runs whose tensors have the same shapes train in one process, one batched encoder pass.
+
+Runs may differ in anything that leaves the shapes alone (seed, τ, κ, β, Λ, learning rates,
+p_change, the loss itself ...), not in the encoder's architecture, the data dimension, the
+batch size, the number of DGP negatives, device, dtype or precision (:func:`pack_key`).
+
+One packed step: each run draws its batch from its own process and generator, exactly as
+alone; the K encoders run as one computation, ``torch.func.vmap`` over their parameters
+stacked (K, ...) (batched matrix products); each run's loss is taken on its own encodings
+and the K losses are summed, so every run's parameters receive exactly their own gradient;
+each run's optimizer then steps. Evaluation, checkpoints, logs and the run directory are
+those of :class:`identifiable_cl.training.Trainer`, one per run, so a packed run's directory
+is the one it would write alone (its ``wall_s`` is the pack's wall time) and it resumes alone.
+A run whose loss stops being finite is recorded as failed and leaves the pack; the others go on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+
+from identifiable_cl.training import Components, NonFiniteLoss, Trainer, clip_and_step
+
+def pack_key(config: Mapping[str, Any]) -> tuple:
+    """What must agree between runs of one pack (see the module docstring)."""
+    negatives = config["dgp"]["negatives"]
+    return (
+        repr(sorted(config["encoder"].items())),
+        config["device"],
+        config["dgp"]["dim"],
+        config["dgp"]["dtype"],
+        config["train"]["batch_size"],
+        config["train"]["precision"],
+        negatives["name"] != "none",
+        negatives.get("num"),
+    )
+
+
+def _shapes(encoder: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
+    return [(name, tuple(p.shape)) for name, p in encoder.named_parameters()]
+
+
+def check_packable(cs: Sequence[Components]) -> None:
+    """Every run of ``cs`` can share one batched encoder pass; otherwise a ValueError says why."""
+    first = cs[0]
+    for c in cs[1:]:
+        if pack_key(c.config) != pack_key(first.config) or _shapes(c.encoder) != _shapes(first.encoder):
+            raise ValueError(
+                "runs cannot be packed together: they must agree in the encoder, device, dgp.dim, "
+                "dgp.dtype, train.batch_size, train.precision and the number of DGP negatives "
+                f"(seed {first.config['seed']} and seed {c.config['seed']} differ)"
+            )
+
+
+def _stacked(cs: Sequence[Components], kind: str) -> dict[str, Tensor]:
+    """Each encoder parameter (or buffer) of the K runs stacked (K, ...), differentiably: the
+    gradient of the stack reaches every run's own parameter."""
+    named = [dict(getattr(c.encoder, kind)()) for c in cs]
+    return {name: torch.stack([n[name] for n in named]) for name in named[0]}
+
+
+def packed_step(cs: Sequence[Components]) -> list[Tensor]:
+    """One training step of every run in ``cs`` (see the module docstring); their losses, on device."""
+    batches = [c.process.sample(c.config["train"]["batch_size"], c.batches) for c in cs]
+    dim = cs[0].process.dim
+    x = torch.stack([
+        torch.cat([b.x, b.x_pos] + ([b.x_neg.reshape(-1, dim)] if b.x_neg is not None else [])) for b in batches
+    ])
+    params, buffers = _stacked(cs, "named_parameters"), _stacked(cs, "named_buffers")
+    base = cs[0].encoder
+
+    def encode(p: dict[str, Tensor], b: dict[str, Tensor], rows: Tensor) -> Tensor:
+        return functional_call(base, (p, b), (rows,))
+
+    bf16 = cs[0].config["train"]["precision"] == "bf16"
+    with torch.autocast(cs[0].device.type, dtype=torch.bfloat16, enabled=bf16):
+        h_all = vmap(encode)(params, buffers, x)
+    h_all = h_all.to(cs[0].process.dtype)
+    losses = []
+    size = batches[0].x.shape[0]
+    for c, batch, h in zip(cs, batches, h_all):
+        h_neg = h[2 * size :].reshape(*batch.x_neg.shape[:-1], -1) if batch.x_neg is not None else None
+        losses.append(c.loss(h[:size], h[size : 2 * size], h_neg))
+    for c in cs:
+        c.optimizer.zero_grad(set_to_none=True)
+    torch.stack(losses).sum().backward()
+    for c in cs:
+        clip_and_step(c)
+    return [loss.detach() for loss in losses]
+
+
+def run_packed(trainers: Sequence[Trainer]) -> list[dict[str, Any] | BaseException]:
+    """Train ``trainers`` as one pack; per run its summary, or the error that stopped it."""
+    check_packable([t.c for t in trainers])
+    results: dict[int, dict[str, Any] | BaseException] = {}
+    active = list(range(len(trainers)))
+    for i in active:
+        trainers[i].open()
+        trainers[i].begin()
+    try:
+        while active:
+            running = [i for i in active if not trainers[i].done]
+            losses = packed_step([trainers[i].c for i in running]) if running else []
+            for i, loss in zip(running, losses):
+                try:
+                    trainers[i].after_step(loss)
+                except NonFiniteLoss as exc:
+                    trainers[i].close(None)
+                    results[i] = exc
+            for i in [i for i in active if i not in results and trainers[i].done]:
+                summary = trainers[i].end()
+                trainers[i].close(summary)
+                results[i] = summary
+            active = [i for i in active if i not in results]
+    except BaseException:
+        for i in active:
+            if i not in results:
+                trainers[i].close(None)
+        raise
+    return [results[i] for i in range(len(trainers))]

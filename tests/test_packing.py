@@ -1,0 +1,92 @@
+"""Packed runs follow their stand-alone trajectories and write the run directories they would write alone."""
+
+import json
+
+import pytest
+import torch
+
+from identifiable_cl import rundir
+from identifiable_cl.cli import main
+from identifiable_cl.packing import check_packable, pack_key, run_packed
+from identifiable_cl.training import NonFiniteLoss, Trainer, build
+from tests.test_training import TINY, tiny_config
+
+@pytest.fixture(autouse=True)
+def _no_figures(monkeypatch):
+    """Figures are tested in test_plots; drawing them would take most of these tests' time."""
+    import identifiable_cl.training as training
+
+    monkeypatch.setattr(training, "draw_figures_if_possible", lambda run_dir: {})
+
+
+F64 = {"dgp.dtype": "float64", "train.steps": 40, "train.log_every": 1, "train.eval_every": 20, "train.checkpoint_every": 20}
+
+
+def configs(extra, seeds=(0, 1, 2, 3)):
+    varied = [{"optim.lr": 1e-3}, {"loss.tau": 0.2}, {"dgp.conditional.scale": 0.05}, {}]
+    return [tiny_config(**{**F64, **extra, "seed": s, **varied[i % 4]}) for i, s in enumerate(seeds)]
+
+
+def losses(run_dir):
+    return [r["loss"] for r in rundir.read_metrics(run_dir)]
+
+
+@pytest.mark.parametrize("extra", [{}, {"loss.similarity": "l2", "loss.negatives": "r24"}])
+def test_four_packed_runs_equal_four_separate_runs_in_float64(tmp_path, extra):
+    cfgs = configs(extra)
+    alone = [Trainer.create(c, tmp_path / f"alone{i}", progress=False).run() for i, c in enumerate(cfgs)]
+    packed = run_packed([Trainer.create(c, tmp_path / f"packed{i}", progress=False) for i, c in enumerate(cfgs)])
+    for i, (a, p) in enumerate(zip(alone, packed)):
+        want, got = losses(tmp_path / f"alone{i}"), losses(tmp_path / f"packed{i}")
+        assert len(got) == len(want) == 40
+        assert got == pytest.approx(want, rel=1e-6)
+        for key in ("r2_linear", "mcc_pearson", "mcc_spearman"):
+            assert p[key] == pytest.approx(a[key], rel=1e-6), key
+        assert p["dgp_fingerprint"] == a["dgp_fingerprint"] and p["seed"] == a["seed"]
+        names = sorted(f.name for f in (tmp_path / f"packed{i}").iterdir())
+        assert names == sorted(f.name for f in (tmp_path / f"alone{i}").iterdir())
+    assert len({round(x, 6) for x in (losses(tmp_path / f"packed{i}")[-1] for i in range(4))}) == 4
+
+
+def test_float32_first_steps_agree(tmp_path):
+    cfgs = [tiny_config(**{"train.steps": 20, "train.log_every": 1, "optim.lr": 1e-4, "seed": s}) for s in (0, 1)]
+    for i, c in enumerate(cfgs):
+        Trainer.create(c, tmp_path / f"alone{i}", progress=False).run()
+    run_packed([Trainer.create(c, tmp_path / f"packed{i}", progress=False) for i, c in enumerate(cfgs)])
+    for i in range(2):
+        assert losses(tmp_path / f"packed{i}") == pytest.approx(losses(tmp_path / f"alone{i}"), rel=1e-4)
+
+
+def test_packed_run_resumes_alone(tmp_path):
+    cfgs = configs({}, seeds=(5, 6))
+    full = Trainer.create(cfgs[0], tmp_path / "full", progress=False).run()
+    half = [tiny_config(**{**F64, "seed": s, "train.steps": 20, **v}) for s, v in ((5, {"optim.lr": 1e-3}), (6, {"loss.tau": 0.2}))]
+    run_packed([Trainer.create(c, tmp_path / f"half{i}", progress=False) for i, c in enumerate(half)])
+    resumed = Trainer.resume(tmp_path / "half0", {"train.steps": 40}, progress=False).run()
+    assert resumed["r2_linear"] == pytest.approx(full["r2_linear"], rel=1e-6)
+
+
+def test_incompatible_runs_are_refused():
+    a, b = tiny_config(), tiny_config(**{"train.batch_size": 32, "seed": 1})
+    assert pack_key(a) != pack_key(b)
+    with pytest.raises(ValueError, match="cannot be packed together.*seed 0 and seed 1"):
+        check_packable([build(a), build(b)])
+
+
+def test_a_failing_run_leaves_the_pack(tmp_path):
+    good = tiny_config(**{"train.steps": 20, "seed": 0})
+    bad = tiny_config(**{"train.steps": 20, "seed": 1, "optim.lr": 1e30})
+    results = run_packed([Trainer.create(c, tmp_path / f"r{i}", progress=False) for i, c in enumerate((good, bad))])
+    assert isinstance(results[1], NonFiniteLoss) and isinstance(results[0], dict)
+    assert (tmp_path / "r0" / rundir.SUMMARY).exists() and not (tmp_path / "r1" / rundir.SUMMARY).exists()
+
+
+def test_cli_pack_seeds(tmp_path, capsys):
+    overrides = [f"--{k}={v}" for k, v in {**TINY, "train.steps": 10}.items()]
+    assert main(["train", "--pack-seeds", "3-4", "--out", str(tmp_path), "--quiet", *overrides]) == 0
+    dirs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    assert [json.loads((d / rundir.SUMMARY).read_text())["seed"] for d in dirs] == [3, 4]
+    out = capsys.readouterr().out
+    assert out.count("linear R²") == 2
+    assert main(["train", "--pack-seeds", "x", "--out", str(tmp_path)]) == 2
+    assert "--pack-seeds" in capsys.readouterr().err

@@ -15,6 +15,10 @@
   optimizer step (sampling, mixing, loss, bookkeeping); target under 15 %.
 - precision: the reference encoder's training step at batch 1000 under
   ``train.precision`` bf16 against fp32.
+- packing: K = 1, 2, 4, 8 runs (seeds 0..K-1) stepped as one pack
+  (``identifiable_cl.packing``) against the same K runs stepped one after the
+  other, on the default config and on R24's setting (reference encoder, batch
+  1000): aggregate run-steps/s of both and their ratio.
 All ratios are measured side by side in one process.
 """
 
@@ -51,11 +55,13 @@ SAMPLING_CASES: list[tuple[str, dict[str, Any]]] = [
     ("sphere vMF + tilted negatives", {"conditional": {"name": "vmf", "kappa": 10.0}, "negatives": {"name": "tilted", "beta": 5.0, "num": 1}}),
 ]
 
-TRAINING_CASES: list[tuple[str, str, dict[str, str]]] = [
-    ("sphere vMF, cosine InfoNCE", "sphere", {}),
-    ("box Laplace, L1 InfoNCE", "box", {"dgp.conditional.name": "laplace", "loss.similarity": "l1"}),
+TRAINING_CASES: list[tuple[str, str | None, dict[str, str], tuple[int, ...] | None]] = [
+    ("default config ([256]x3)", None, {}, (512,)),
+    ("sphere vMF, cosine InfoNCE", "sphere", {}, None),
+    ("box Laplace, L1 InfoNCE", "box", {"dgp.conditional.name": "laplace", "loss.similarity": "l1"}, None),
 ]
-"""Label, preset (both use the reference encoder) and overrides of each training case."""
+"""Label, preset (None: the default config; the presets use the reference encoder), overrides and
+batch sizes (None: those given to :func:`bench_training`) of each training case."""
 
 
 def timed(fn: Callable[[], Any], reps: int, warmup: int = 2) -> float:
@@ -110,11 +116,12 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, print
     from identifiable_cl.training import build, train_step
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    print_fn(f"\ntraining at n = 10, reference encoder, on {device} (median of {steps} steps)")
-    print_fn(f"{'setting':<30}{'batch':>7}{'steps/s':>9}{'step ms':>9}{'encoder ms':>12}{'overhead':>10}")
+    print_fn(f"\ntraining steps at n = 10 on {device} (median of {steps} steps); encoder = its own "
+             "forward+backward+Adam step on the same rows")
+    print_fn(f"{'setting':<30}{'batch':>7}{'steps/s':>9}{'step ms':>9}{'encoder ms':>12}{'overhead':>10}{'step/encoder':>14}")
     rows = []
-    for label, preset, overrides in TRAINING_CASES:
-        for batch in batches:
+    for label, preset, overrides, own_batches in TRAINING_CASES:
+        for batch in own_batches or batches:
             config = load_config(preset, {**overrides, "train.batch_size": batch, "dgp.mixing.cond_draws": 2500})
             c = build(config)
             full = timed(lambda: train_step(c), steps)
@@ -129,12 +136,20 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, print
             core = timed(pure, steps)
             share = max(0.0, 1 - core / full)
             rows.append({"case": label, "batch": batch, "steps_per_s": 1 / full, "step_ms": full * 1e3,
-                         "encoder_ms": core * 1e3, "overhead": share})
-            print_fn(f"{label:<30}{batch:>7}{1 / full:>9.2f}{full * 1e3:>9.1f}{core * 1e3:>12.1f}{100 * share:>9.1f}%")
+                         "encoder_ms": core * 1e3, "overhead": share, "ratio": full / core})
+            print_fn(f"{label:<30}{batch:>7}{1 / full:>9.2f}{full * 1e3:>9.1f}{core * 1e3:>12.1f}{100 * share:>9.1f}%"
+                     f"{full / core:>13.2f}x")
     return rows
 
 
-SECTIONS = ("sampling", "evaluation", "loss", "training", "precision")
+SECTIONS = ("sampling", "evaluation", "loss", "training", "precision", "packing")
+PACKING_CASES: list[tuple[str, str | None, dict[str, Any]]] = [
+    ("default config", None, {}),
+    ("R24 sphere, reference encoder", "sphere", {
+        "dgp.conditional.name": "anisotropic", "dgp.conditional.lambdas": "bimodal",
+        "loss.name": "aninfonce", "loss.negatives": "r24", "train.batch_size": 1000,
+    }),
+]
 LOSS_KINDS = ("cosine", "l1", "l2", "l3")
 NAIVE_LIMIT_BYTES = 2 << 30
 """The plain implementation is skipped where its logits/differences would exceed this."""
@@ -249,8 +264,29 @@ def bench_precision(batch: int = 1000, steps: int = 5, print_fn: Callable[[str],
         out[precision] = timed(lambda: train_step(c), steps, warmup=1)
     ratio = out["fp32"] / out["bf16"]
     print_fn(f"\nprecision, reference encoder, batch {batch}: fp32 {out['fp32'] * 1e3:.1f} ms, "
-             f"bf16 {out['bf16'] * 1e3:.1f} ms per step: bf16 is {ratio:.2f}x {'faster' if ratio >= 1 else 'as fast'}")
+             f"bf16 {out['bf16'] * 1e3:.1f} ms per step: bf16 speed-up {ratio:.2f}x")
     return {**out, "speedup": ratio}
+
+
+def bench_packing(sizes: Iterable[int] = (1, 2, 4, 8), steps: int = 5,
+                  print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    from identifiable_cl.config import load_config
+    from identifiable_cl.packing import packed_step
+    from identifiable_cl.training import build, train_step
+
+    print_fn(f"\npacked runs (median of {steps} steps): aggregate run-steps/s, packed vs one after the other")
+    print_fn(f"{'setting':<32}{'K':>3}{'sequential':>12}{'packed':>10}{'ratio':>8}")
+    rows = []
+    for label, preset, overrides in PACKING_CASES:
+        for k in sizes:
+            cs = [build(load_config(preset, {**overrides, "seed": seed, "dgp.mixing.cond_draws": 2500}))
+                  for seed in range(k)]
+            sequential = timed(lambda: [train_step(c) for c in cs], steps, warmup=1)
+            packed = timed(lambda: packed_step(cs), steps, warmup=1)
+            row = {"case": label, "k": k, "sequential": k / sequential, "packed": k / packed, "ratio": sequential / packed}
+            rows.append(row)
+            print_fn(f"{label:<32}{k:>3}{row['sequential']:>12.2f}{row['packed']:>10.2f}{row['ratio']:>7.2f}x")
+    return rows
 
 
 def run_bench(quick: bool = False, sections: Iterable[str] | None = None, print_fn: Callable[[str], None] = print) -> dict[str, Any]:
@@ -272,4 +308,6 @@ def run_bench(quick: bool = False, sections: Iterable[str] | None = None, print_
         out["training"] = bench_training(batches=(1024,) if quick else (1024, 6144), steps=3 if quick else 10, print_fn=print_fn)
     if "precision" in sections:
         out["precision"] = bench_precision(steps=2 if quick else 5, print_fn=print_fn)
+    if "packing" in sections:
+        out["packing"] = bench_packing(sizes=(1, 2) if quick else (1, 2, 4, 8), steps=2 if quick else 5, print_fn=print_fn)
     return out

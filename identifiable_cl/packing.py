@@ -98,7 +98,7 @@ def run_packed(trainers: Sequence[Trainer]) -> list[dict[str, Any] | BaseExcepti
     results: dict[int, dict[str, Any] | BaseException] = {}
     active = list(range(len(trainers)))
     for i in active:
-        trainers[i].open()
+        trainers[i].open(shared=True)
         trainers[i].begin()
     try:
         while active:

@@ -286,9 +286,9 @@ class Trainer:
         self.close(summary)
         return summary
 
-    def open(self) -> None:
-        """Start the tracker (W&B) of this run."""
-        self.tracker = open_tracker(self.c.config, self.run_dir)
+    def open(self, shared: bool = False) -> None:
+        """Start the tracker (W&B) of this run (``shared``: beside other runs of this process)."""
+        self.tracker = open_tracker(self.c.config, self.run_dir, shared)
 
     def close(self, summary: dict[str, Any] | None) -> None:
         """Log the figures of a finished run and finish its tracker (``None``: the run failed)."""

@@ -90,3 +90,15 @@ def test_cli_pack_seeds(tmp_path, capsys):
     assert out.count("linear R²") == 2
     assert main(["train", "--pack-seeds", "x", "--out", str(tmp_path)]) == 2
     assert "--pack-seeds" in capsys.readouterr().err
+
+
+def test_each_packed_run_has_its_own_wandb_run(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cfgs = [tiny_config(**{"train.steps": 10, "seed": s}) for s in (0, 1)]
+    results = run_packed([Trainer.create(c, tmp_path / f"r{i}", progress=False) for i, c in enumerate(cfgs)])
+    wandb.teardown()  # the next test's W&B settings are read afresh
+    assert all(isinstance(r, dict) for r in results)
+    for i in range(2):
+        assert len(list((tmp_path / f"r{i}" / "wandb").glob("offline-run-*"))) == 1
+        assert (tmp_path / f"r{i}" / rundir.SUMMARY).exists()

@@ -29,6 +29,14 @@ def test_loss_and_precision_sections_report():
     assert out["fp32"] > 0 and out["bf16"] > 0 and "bf16" in lines[-1]
 
 
+def test_packing_section_reports(monkeypatch):
+    monkeypatch.setattr(bench, "PACKING_CASES", [("tiny", None, {"encoder.widths": [8], "train.batch_size": 16})])
+    lines: list[str] = []
+    rows = bench.bench_packing(sizes=(1, 2), steps=1, print_fn=lines.append)
+    assert [r["k"] for r in rows] == [1, 2] and all(r["ratio"] > 0 for r in rows)
+    assert lines[-1].startswith("tiny")
+
+
 def test_peak_memory_probe_measures_a_fresh_process():
     mib = bench.loss_peak_memory("cosine", 512, "naive")
     assert not math.isnan(mib) and mib > 0

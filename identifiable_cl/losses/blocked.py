@@ -127,8 +127,6 @@ def _power_slope(x: Tensor, p: int) -> Tensor:
 
 def similarity(a: Tensor, cT: Tensor, kind: str) -> Tensor:
     """sim(a_i, c_j) (b, N) of a (b, d) and cT = cᵀ (d, N); Lp from differences, coordinate by coordinate."""
-    if _native(a, cT):
-        return native.similarity(a, cT, kind)
     if kind == "dot":
         return a @ cT
     p = int(kind[1])
@@ -140,8 +138,6 @@ def similarity(a: Tensor, cT: Tensor, kind: str) -> Tensor:
 
 def similarity_gradients(g: Tensor, a: Tensor, cT: Tensor, kind: str) -> tuple[Tensor, Tensor]:
     """(Σ_j g_ij ∂sim_ij/∂a_i as (b, d), Σ_i g_ij ∂sim_ij/∂c_j as (d, N)) for g (b, N)."""
-    if _native(g, a, cT):
-        return native.gradients(g, a, cT, kind)
     if kind == "dot":
         return g @ cT.transpose(0, 1), a.transpose(0, 1) @ g
     if kind == "l2":  # Σ_j g_ij · -2(a_i - c_j) and Σ_i g_ij · 2(a_i - c_j), as matrix products
@@ -168,16 +164,18 @@ def exp_floor(dtype: torch.dtype) -> float:
 def block_forward(
     a: Tensor, cT: Tensor, scale: Tensor, excluded: Tensor | None,
     kind: str, multipliers: tuple[float, ...], keep_similarity: bool,
+    workspace: dict[str, Tensor] | None = None,
 ) -> tuple[Tensor | None, Sequence[Tensor], Tensor, Tensor]:
     """Similarities (b, N) (None unless ``keep_similarity``), shifted exponentials ``E_m`` (b, N),
     row sums (b, M) and lse (b, M) of one block.
 
     ``excluded``: (b, 2) int64, the columns each row leaves out (-1 = none), or None.
+    ``workspace``: buffers the C kernels may reuse from the previous block (see ``native.forward``).
     """
     floor = exp_floor(a.dtype)
     if _native(a, cT):
         sim, exps, top, sums = native.forward(
-            a, cT, float(scale), multipliers, excluded, floor, kind, keep_similarity
+            a, cT, float(scale), multipliers, excluded, floor, kind, keep_similarity, workspace
         )
         return sim, exps, sums, top + sums.log()
     sim = similarity(a, cT, kind)
@@ -268,17 +266,20 @@ class _BlockedLoss(torch.autograd.Function):
         grad_scale = torch.zeros((), dtype=dtype, device=device)
         total = torch.zeros((), dtype=dtype, device=device)
         mults = torch.tensor(plan.multipliers, dtype=dtype, device=device)
+        workspaces: list[dict[str, Tensor]] = [{} for _ in plan.pairings]
         done = 0
         while done < rows:
             start = min(done, rows - size)  # the last block overlaps: every block has `size` rows
             fresh = slice(done - start, size)
             stats = []
-            for pairing in plan.pairings:
+            for pairing, workspace in zip(plan.pairings, workspaces):
                 a = tensors[pairing.anchors][start : start + size]
                 cT = transposed[pairing.candidates]
                 n = cT.shape[1]
                 excluded = _excluded(pairing.exclude, start, size, n, device)
-                stats.append(block_forward(a, cT, scale, excluded, plan.kind, plan.multipliers, needs[1]))
+                stats.append(
+                    block_forward(a, cT, scale, excluded, plan.kind, plan.multipliers, needs[1], workspace)
+                )
             row_grads = _rows(plan, stats, pos[start : start + size][fresh], scale, fresh, want_grad)
             total += row_grads[0]
             if want_grad:

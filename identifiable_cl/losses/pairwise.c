@@ -14,7 +14,8 @@
  *   backward: g = scale * sum_m w[i, m] e[m, i, j]; the gradients of grad, and
  *         dscale = sum_ij (sum_m w[i, m] e[m, i, j]) sim_ij when sim is given
  *
- * Built at first use by identifiable_cl.losses.native with the machine's C compiler.
+ * Exported: icl_forward_{f32,f64} and icl_backward_{f32,f64}, over all rows of a block, in
+ * parallel. Built at first use by identifiable_cl.losses.native with the machine's C compiler.
  */
 #include <math.h>
 #include <stdint.h>
@@ -27,7 +28,7 @@ __m256d _ZGVdN4v_exp(__m256d);
 #define ICL_MVEC 1
 #endif
 
-#define TILE 512 /* candidates per pass of grad: tiles of g and cT rows stay in L1 */
+#define TILE 256 /* candidates per pass of grad: tiles of g, cT and gcT rows stay in L1 */
 #define WIDTH 32 /* candidates per register block of sim */
 
 /* term(t) = |t|^p (p >= 1), slope(t) = d|t|^p/dt; for p = 0, x * c and c. */
@@ -36,7 +37,7 @@ __m256d _ZGVdN4v_exp(__m256d);
 #define TERM2(x, c, t, ABS) ((t) * (t))
 #define TERM3(x, c, t, ABS) ((t) * (t) * ABS(t))
 #define SLOPE0(c, t, T, ABS) (c)
-#define SLOPE1(c, t, T, ABS) ((T)(((t) > 0) - ((t) < 0)))
+#define SLOPE1(c, t, T, ABS) ((T)((t) > 0) - (T)((t) < 0))
 #define SLOPE2(c, t, T, ABS) (2 * (t))
 #define SLOPE3(c, t, T, ABS) (3 * (t) * ABS(t))
 
@@ -78,7 +79,42 @@ __m256d _ZGVdN4v_exp(__m256d);
     static void grad_##SUFFIX##_p##P(const T *restrict g, const T *restrict a,                \
                                      const T *restrict cT, T *restrict ga, T *restrict gcT,   \
                                      int64_t rows, int64_t d, int64_t n) {                    \
-        for (int64_t i = 0; i < rows; ++i) {                                                  \
+        int64_t i = 0;                                                                        \
+        for (; i + 4 <= rows; i += 4) { /* four rows share each pass over gcT */              \
+            for (int64_t k = 0; k < 4 * d; ++k) ga[i * d + k] = 0;                            \
+            for (int64_t j0 = 0; j0 < n; j0 += TILE) {                                        \
+                const int64_t m = n - j0 < TILE ? n - j0 : TILE;                              \
+                const T *restrict g0 = g + i * n + j0, *restrict g1 = g0 + n;                 \
+                const T *restrict g2 = g1 + n, *restrict g3 = g2 + n;                         \
+                for (int64_t k = 0; k < d; ++k) {                                             \
+                    const T x0 = a[i * d + k], x1 = a[(i + 1) * d + k];                       \
+                    const T x2 = a[(i + 2) * d + k], x3 = a[(i + 3) * d + k];                 \
+                    const T *restrict c = cT + k * n + j0;                                    \
+                    T *restrict acc = gcT + k * n + j0;                                       \
+                    T s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                         \
+                    _Pragma("omp simd reduction(+ : s0, s1, s2, s3)")                         \
+                    for (int64_t j = 0; j < m; ++j) {                                         \
+                        const T t0 = x0 - c[j], t1 = x1 - c[j];                               \
+                        const T t2 = x2 - c[j], t3 = x3 - c[j];                               \
+                        const T w0 = g0[j] * SLOPE##P(c[j], t0, T, ABS);                      \
+                        const T w1 = g1[j] * SLOPE##P(c[j], t1, T, ABS);                      \
+                        const T w2 = g2[j] * SLOPE##P(c[j], t2, T, ABS);                      \
+                        const T w3 = g3[j] * SLOPE##P(c[j], t3, T, ABS);                      \
+                        s0 += w0;                                                             \
+                        s1 += w1;                                                             \
+                        s2 += w2;                                                             \
+                        s3 += w3;                                                             \
+                        acc[j] += P == 0 ? ((g0[j] * x0 + g1[j] * x1) + (g2[j] * x2 + g3[j] * x3)) \
+                                         : ((w0 + w1) + (w2 + w3));                           \
+                    }                                                                         \
+                    ga[i * d + k] += SIGN * s0;                                               \
+                    ga[(i + 1) * d + k] += SIGN * s1;                                         \
+                    ga[(i + 2) * d + k] += SIGN * s2;                                         \
+                    ga[(i + 3) * d + k] += SIGN * s3;                                         \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        for (; i < rows; ++i) {                                                               \
             for (int64_t k = 0; k < d; ++k) ga[i * d + k] = 0;                                \
             for (int64_t j0 = 0; j0 < n; j0 += TILE) {                                        \
                 const int64_t m = n - j0 < TILE ? n - j0 : TILE;                              \
@@ -106,15 +142,15 @@ __m256d _ZGVdN4v_exp(__m256d);
     ICL_POWER(T, SUFFIX, ABS, 1, -1)                                                             \
     ICL_POWER(T, SUFFIX, ABS, 2, -1)                                                             \
     ICL_POWER(T, SUFFIX, ABS, 3, -1)                                                             \
-    void icl_sim_##SUFFIX(const T *a, const T *cT, T *s, int64_t rows, int64_t d, int64_t n,      \
-                          int p) {                                                               \
+    static void icl_sim_##SUFFIX(const T *a, const T *cT, T *s, int64_t rows, int64_t d,         \
+                                 int64_t n, int p) {                                             \
         if (p == 0) sim_##SUFFIX##_p0(a, cT, s, rows, d, n);                                     \
         if (p == 1) sim_##SUFFIX##_p1(a, cT, s, rows, d, n);                                     \
         if (p == 2) sim_##SUFFIX##_p2(a, cT, s, rows, d, n);                                     \
         if (p == 3) sim_##SUFFIX##_p3(a, cT, s, rows, d, n);                                     \
     }                                                                                            \
-    void icl_grad_##SUFFIX(const T *g, const T *a, const T *cT, T *ga, T *gcT, int64_t rows,     \
-                           int64_t d, int64_t n, int p) {                                        \
+    static void icl_grad_##SUFFIX(const T *g, const T *a, const T *cT, T *ga, T *gcT,            \
+                                  int64_t rows, int64_t d, int64_t n, int p) {                   \
         if (p == 0) grad_##SUFFIX##_p0(g, a, cT, ga, gcT, rows, d, n);                           \
         if (p == 1) grad_##SUFFIX##_p1(g, a, cT, ga, gcT, rows, d, n);                           \
         if (p == 2) grad_##SUFFIX##_p2(g, a, cT, ga, gcT, rows, d, n);                           \
@@ -123,6 +159,28 @@ __m256d _ZGVdN4v_exp(__m256d);
 
 ICL_KERNELS(float, f32, fabsf)
 ICL_KERNELS(double, f64, fabs)
+
+/* Threads: OpenMP where the compiler supports it. The library is loaded after torch, so it
+ * shares torch's OpenMP runtime and thread pool (libgomp.so.1) instead of competing with it. */
+#ifdef _OPENMP
+#include <omp.h>
+static int max_threads(void) { return omp_get_max_threads(); }
+static int thread_index(void) { return omp_get_thread_num(); }
+static int thread_count(void) { return omp_get_num_threads(); }
+#else
+static int max_threads(void) { return 1; }
+static int thread_index(void) { return 0; }
+static int thread_count(void) { return 1; }
+#endif
+
+/* This thread's rows [r0, r1) of 0..rows, in multiples of `step` but the last. */
+static void share(int64_t rows, int64_t step, int64_t *r0, int64_t *r1) {
+    const int64_t threads = thread_count(), t = thread_index();
+    const int64_t steps = (rows + step - 1) / step;
+    const int64_t per = (steps + threads - 1) / threads;
+    *r0 = t * per * step < rows ? t * per * step : rows;
+    *r1 = (t + 1) * per * step < rows ? (t + 1) * per * step : rows;
+}
 
 /* x[j] = exp(x[j]) for j < n: glibc's vector exp (libmvec) in 8/4-lane chunks where present. */
 static void exp_f32(float *x, int64_t n) {
@@ -142,9 +200,10 @@ static void exp_f64(double *x, int64_t n) {
 }
 
 #define ICL_FUSED(T, SUFFIX)                                                                  \
-    void icl_forward_##SUFFIX(const T *a, const T *cT, int64_t rows, int64_t d, int64_t n,    \
-                              int p, T scale, const T *mult, int nm, const int64_t *excl,     \
-                              T floor, T *e, int64_t ld, T *sim, T *top, T *sums) {           \
+    static void forward_rows_##SUFFIX(const T *a, const T *cT, int64_t rows, int64_t d,       \
+                                      int64_t n, int p, T scale, const T *mult, int nm,       \
+                                      const int64_t *excl, T floor, T *e, int64_t ld, T *sim, \
+                                      T *top, T *sums) {                                      \
         T *row = sim ? NULL : (T *)malloc(sizeof(T) * n);                                     \
         for (int64_t i = 0; i < rows; ++i) {                                                  \
             T *restrict s = sim ? sim + i * n : row;                                          \
@@ -157,6 +216,7 @@ static void exp_f64(double *x, int64_t n) {
                 const T cs = scale * mult[m];                                                 \
                 T *restrict out = e + (int64_t)m * ld * n + i * n;                            \
                 T best = -INFINITY;                                                           \
+                _Pragma("omp simd reduction(max : best)")                                     \
                 for (int64_t j = 0; j < n; ++j) {                                             \
                     const T l = s[j] * cs;                                                    \
                     best = l > best ? l : best;                                               \
@@ -180,33 +240,82 @@ static void exp_f64(double *x, int64_t n) {
         free(row);                                                                            \
     }                                                                                         \
                                                                                               \
-    void icl_backward_##SUFFIX(const T *e, int64_t ld, const T *w, int nm, const T *sim,      \
-                               T scale,                                                       \
-                               const T *a, const T *cT, int64_t rows, int64_t d, int64_t n,   \
-                               int p, T *ga, T *gcT, T *dscale) {                             \
-        T *g = (T *)malloc(sizeof(T) * n);                                                    \
+    static void backward_rows_##SUFFIX(const T *e, int64_t ld, const T *w, int nm,            \
+                                       const T *sim, T scale, const T *a, const T *cT,        \
+                                       int64_t rows, int64_t d, int64_t n, int p, T *ga,      \
+                                       T *gcT, T *dscale) {                                   \
+        T *g = (T *)malloc(sizeof(T) * 4 * n);                                                \
         T ds = 0;                                                                             \
-        for (int64_t i = 0; i < rows; ++i) {                                                  \
-            const T w0 = w[i * nm];                                                           \
-            const T *restrict e0 = e + i * n;                                                 \
-            for (int64_t j = 0; j < n; ++j) g[j] = w0 * e0[j];                                \
-            for (int m = 1; m < nm; ++m) {                                                    \
-                const T wm = w[i * nm + m];                                                   \
-                const T *restrict em = e + (int64_t)m * ld * n + i * n;                       \
-                for (int64_t j = 0; j < n; ++j) g[j] = g[j] + wm * em[j];                     \
+        for (int64_t i0 = 0; i0 < rows; i0 += 4) { /* four rows at a time: see grad */        \
+            const int64_t count = rows - i0 < 4 ? rows - i0 : 4;                              \
+            for (int64_t r = 0; r < count; ++r) {                                             \
+                const int64_t i = i0 + r;                                                     \
+                T *restrict gr = g + r * n;                                                   \
+                const T w0 = w[i * nm];                                                       \
+                const T *restrict e0 = e + i * n;                                             \
+                for (int64_t j = 0; j < n; ++j) gr[j] = w0 * e0[j];                           \
+                for (int m = 1; m < nm; ++m) {                                                \
+                    const T wm = w[i * nm + m];                                               \
+                    const T *restrict em = e + (int64_t)m * ld * n + i * n;                   \
+                    for (int64_t j = 0; j < n; ++j) gr[j] = gr[j] + wm * em[j];               \
+                }                                                                             \
+                if (sim) {                                                                    \
+                    const T *restrict s = sim + i * n;                                        \
+                    T total = 0;                                                              \
+                    _Pragma("omp simd reduction(+ : total)")                                  \
+                    for (int64_t j = 0; j < n; ++j) total += gr[j] * s[j];                    \
+                    ds += total;                                                              \
+                }                                                                             \
+                for (int64_t j = 0; j < n; ++j) gr[j] = gr[j] * scale;                        \
             }                                                                                 \
-            if (sim) {                                                                        \
-                const T *restrict s = sim + i * n;                                            \
-                T total = 0;                                                                  \
-                _Pragma("omp simd reduction(+ : total)")                                      \
-                for (int64_t j = 0; j < n; ++j) total += g[j] * s[j];                         \
-                ds += total;                                                                  \
-            }                                                                                 \
-            for (int64_t j = 0; j < n; ++j) g[j] = g[j] * scale;                              \
-            icl_grad_##SUFFIX(g, a + i * d, cT, ga + i * d, gcT, 1, d, n, p);                 \
+            icl_grad_##SUFFIX(g, a + i0 * d, cT, ga + i0 * d, gcT, count, d, n, p);           \
         }                                                                                     \
         *dscale = ds;                                                                         \
         free(g);                                                                              \
+    }                                                                                         \
+                                                                                              \
+    void icl_forward_##SUFFIX(const T *a, const T *cT, int64_t rows, int64_t d, int64_t n,    \
+                              int p, T scale, const T *mult, int nm, const int64_t *excl,     \
+                              T floor, T *e, T *sim, T *top, T *sums) {                       \
+        _Pragma("omp parallel")                                                               \
+        {                                                                                     \
+            int64_t r0, r1;                                                                   \
+            share(rows, 1, &r0, &r1);                                                         \
+            if (r1 > r0)                                                                      \
+                forward_rows_##SUFFIX(a + r0 * d, cT, r1 - r0, d, n, p, scale, mult, nm,      \
+                                      excl ? excl + 2 * r0 : NULL, floor, e + r0 * n, rows,   \
+                                      sim ? sim + r0 * n : NULL, top + r0 * nm,               \
+                                      sums + r0 * nm);                                        \
+        }                                                                                     \
+    }                                                                                         \
+                                                                                              \
+    void icl_backward_##SUFFIX(const T *e, const T *w, int nm, const T *sim, T scale,         \
+                               const T *a, const T *cT, int64_t rows, int64_t d, int64_t n,   \
+                               int p, T *ga, T *gcT, T *dscale) {                             \
+        const int threads = max_threads();                                                    \
+        T *part = (T *)calloc((size_t)threads * d * n, sizeof(T));                            \
+        T *ds = (T *)calloc((size_t)threads, sizeof(T));                                      \
+        _Pragma("omp parallel")                                                               \
+        {                                                                                     \
+            int64_t r0, r1;                                                                   \
+            share(rows, 4, &r0, &r1);                                                         \
+            const int t = thread_index();                                                     \
+            if (r1 > r0)                                                                      \
+                backward_rows_##SUFFIX(e + r0 * n, rows, w + r0 * nm, nm,                     \
+                                       sim ? sim + r0 * n : NULL, scale, a + r0 * d, cT,      \
+                                       r1 - r0, d, n, p, ga + r0 * d,                         \
+                                       part + (int64_t)t * d * n, ds + t);                    \
+        }                                                                                     \
+        for (int64_t k = 0; k < d * n; ++k) {                                                 \
+            T total = part[k];                                                                \
+            for (int t = 1; t < threads; ++t) total += part[(int64_t)t * d * n + k];          \
+            gcT[k] = total;                                                                   \
+        }                                                                                     \
+        T total = 0;                                                                          \
+        for (int t = 0; t < threads; ++t) total += ds[t];                                     \
+        *dscale = total;                                                                      \
+        free(part);                                                                           \
+        free(ds);                                                                             \
     }
 
 ICL_FUSED(float, f32)

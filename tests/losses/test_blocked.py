@@ -204,5 +204,5 @@ def test_native_on_an_unsupported_dtype_is_a_clear_error():
     x = torch.randn(3, 2, dtype=torch.float16)
     with blocked.use_kernels("native"):
         with pytest.raises(RuntimeError, match="ICL_KERNELS=native"):
-            blocked.similarity(x, x.T.contiguous(), "l1")
+            blocked.block_forward(x, x.T.contiguous(), torch.tensor(1.0), None, "l1", (1.0,), False)
     assert torch.isfinite(loss(x, x))

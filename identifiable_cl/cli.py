@@ -93,11 +93,59 @@ def cmd_train_packed(args: argparse.Namespace, overrides: Mapping[str, Any]) -> 
     return 1 if failed else 0
 
 
+def cmd_train_pack_file(args: argparse.Namespace) -> int:
+    """``icl train --pack-file FILE``: the runs FILE lists, trained as one pack.
+
+    FILE is JSON, a list of ``{"args": [...], "wandb_id": ..., "result": PATH}``: each run's
+    ``icl train`` arguments (config, ``--key=value`` overrides, ``--run-dir``), its W&B run id,
+    and where to write ``{"exit_code": 0 | 1, "error": ...}`` when it ends. The local sweep
+    runner writes such files for ``icl sweep run --pack K``.
+    """
+    import json
+
+    from identifiable_cl.config import load_config, parse_overrides
+    from identifiable_cl.packing import check_packable, run_packed
+    from identifiable_cl.rundir import write_json
+    from identifiable_cl.training import Trainer, build
+
+    try:
+        entries = json.loads(Path(args.pack_file).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--pack-file {args.pack_file!r}: cannot be read as JSON ({exc})") from exc
+    runs = []
+    for entry in entries:
+        options, overrides = split_overrides(entry["args"])
+        one = build_parser().parse_args(["train", *options])
+        if one.run_dir is None:
+            raise ValueError(f"--pack-file {args.pack_file!r}: every run needs --run-dir; got {entry['args']}")
+        config = load_config(one.config, parse_overrides(overrides))
+        runs.append((entry, config, build(config), Path(one.run_dir)))
+    check_packable([components for _, _, components, _ in runs])
+    trainers = []
+    for entry, config, components, run_dir in runs:
+        trainer = Trainer.create(config, run_dir, progress=False, components=components)
+        trainer.wandb_id = entry.get("wandb_id")
+        trainers.append(trainer)
+        print(f"run directory: {run_dir}")
+    failed = 0
+    for (entry, *_), trainer, result in zip(runs, trainers, run_packed(trainers)):
+        print(f"\n{trainer.run_dir}:")
+        ok = not isinstance(result, BaseException)
+        print(results_table(result) if ok else f"failed: {result}")
+        failed += not ok
+        write_json(Path(entry["result"]), {"exit_code": 0 if ok else 1, "error": None if ok else str(result)})
+    return 1 if failed else 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from identifiable_cl.config import load_config, parse_overrides
     from identifiable_cl.training import Trainer
 
     overrides = parse_overrides(args.overrides)
+    if args.pack_file is not None:
+        if overrides or args.config or args.pack_seeds or args.resume or args.run_dir:
+            raise ValueError("--pack-file lists every run's arguments; give nothing else")
+        return cmd_train_pack_file(args)
     if args.pack_seeds is not None:
         return cmd_train_packed(args, overrides)
     if args.resume:
@@ -159,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--pack-seeds", metavar="SEEDS",
                    help="train one run per seed (e.g. 0-7, or 1,3,5) in one process, as one batched computation")
+    p.add_argument("--pack-file", metavar="FILE", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="re-evaluate a saved run from its saved DGP and checkpoint")
@@ -186,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-TRAIN_OPTIONS = {"--out", "--run-dir", "--resume", "--quiet", "--pack-seeds"}
+TRAIN_OPTIONS = {"--out", "--run-dir", "--resume", "--quiet", "--pack-seeds", "--pack-file"}
 
 
 def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -225,6 +225,8 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.progress = progress
         self.tracker: Tracker = Tracker()
+        self.wandb_id: str | None = None
+        """The W&B run id of a packed run (alone, ``WANDB_RUN_ID`` or W&B chooses)."""
 
     @classmethod
     def create(cls, config: Mapping[str, Any], run_dir: Path, progress: bool | None = None,
@@ -288,7 +290,7 @@ class Trainer:
 
     def open(self, shared: bool = False) -> None:
         """Start the tracker (W&B) of this run (``shared``: beside other runs of this process)."""
-        self.tracker = open_tracker(self.c.config, self.run_dir, shared)
+        self.tracker = open_tracker(self.c.config, self.run_dir, shared, self.wandb_id if shared else None)
 
     def close(self, summary: dict[str, Any] | None) -> None:
         """Log the figures of a finished run and finish its tracker (``None``: the run failed)."""

@@ -102,3 +102,34 @@ def test_each_packed_run_has_its_own_wandb_run(tmp_path, monkeypatch):
     for i in range(2):
         assert len(list((tmp_path / f"r{i}" / "wandb").glob("offline-run-*"))) == 1
         assert (tmp_path / f"r{i}" / rundir.SUMMARY).exists()
+
+
+def test_sweep_runs_in_packs_with_a_status_each(tmp_path):
+    import yaml
+
+    from identifiable_cl.sweeps.local import PACK, STATUS, run_sweep, train_position
+    from identifiable_cl.sweeps.spec import load_sweep
+
+    params = {k: {"value": v} for k, v in {**TINY, "train.steps": 10}.items()}
+    sweep = {
+        "name": "packed", "method": "grid", "metric": {"name": "r2_linear", "goal": "maximize"},
+        "command": ["${env}", "icl", "train", "${args}"],
+        "parameters": {**params, "seed": {"values": [0, 1]}, "optim.lr": {"values": [1e-3, 1e30]}},
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    outcomes = run_sweep(load_sweep(path), tmp_path / "out", pack=3, echo=lambda line: None)
+    by_lr = {}
+    for o in outcomes:
+        by_lr.setdefault(o.run.params["optim.lr"], []).append(o.state)
+    assert by_lr == {1e-3: ["finished"] * 2, 1e30: ["failed"] * 2}
+    folders = [o.run.folder for o in outcomes]
+    statuses = [json.loads((f / STATUS).read_text()) for f in folders]
+    assert [len(s.get("packed_with", [])) for s in statuses] == [3, 3, 3, 0]  # plan order; a pack of one runs alone
+    assert [(f / PACK).exists() for f in folders] == [True, False, False, False]
+    assert len({s["run_id"] for s in statuses}) == 4 and statuses[2]["exit_code"] == 1
+    assert all((f / "run" / "config.yaml").exists() for f in folders)
+    with pytest.raises(ValueError, match="must run `icl train"):
+        train_position(["python", "other.py", "train", "--x=1"])
+    rerun = run_sweep(load_sweep(path), tmp_path / "out", pack=3, echo=lambda line: None)
+    assert [o.state for o in rerun].count("skipped") == 2

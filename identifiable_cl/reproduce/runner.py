@@ -3,7 +3,8 @@
 For each labelled run the experiment becomes a W&B grid sweep over the seeds
 (every override a constant ``value:``), written to
 ``OUT/sweeps/<experiment>-<scale>-<label>/sweep.yaml``; the planned runs of all
-sweeps are executed by :func:`identifiable_cl.sweeps.local.execute`, ``workers``
+sweeps are executed by :func:`identifiable_cl.sweeps.local.execute_pack` (``--pack K``: up to K
+seeds of one label in one process; default one run per process), ``workers``
 at a time, and finished runs are skipped when the command is repeated. Then
 ``OUT/results.md`` (tables beside the reference numbers and the identity
 baseline, claim verdicts), ``OUT/results.json`` (the same numbers) and
@@ -34,7 +35,7 @@ from identifiable_cl.reproduce.experiment import (
     load_experiment,
 )
 from identifiable_cl.results import sweep_run
-from identifiable_cl.sweeps.local import Outcome, execute, is_finished, write_sweep_file
+from identifiable_cl.sweeps.local import Outcome, execute_pack, is_finished, pack_groups, write_sweep_file
 from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
 from identifiable_cl.sweeps.spec import SweepSpec, parse_sweep
 
@@ -70,23 +71,31 @@ def plan(experiment: Experiment, scale: str, seeds: int, out: Path) -> Planned:
     return planned
 
 
-def run_all(planned: Planned, workers: int, echo: Callable[[str], None]) -> list[Outcome]:
-    """Execute the planned runs not finished before, ``workers`` at a time."""
+def run_all(planned: Planned, workers: int, echo: Callable[[str], None], pack: int = 1) -> list[Outcome]:
+    """Execute the planned runs not finished before, ``workers`` processes at a time; with ``pack`` > 1
+    the seeds of one run label train together, up to ``pack`` per process (``icl sweep run --pack``)."""
     todo = [(spec, run) for _, spec, run in planned if not is_finished(run.folder)]
-    echo(f"{len(planned)} runs, {len(planned) - len(todo)} finished before, {len(todo)} to run, {workers} at a time")
+    groups: list[tuple[SweepSpec, list[PlannedRun]]] = []
+    specs = list({id(spec): spec for spec, _ in todo}.values())  # each sweep once, in plan order
+    for spec in specs:
+        runs = [run for s, run in todo if s is spec]
+        groups += [(spec, g) for g in (pack_groups(spec, runs, pack) if pack > 1 else [[r] for r in runs])]
+    echo(f"{len(planned)} runs, {len(planned) - len(todo)} finished before, {len(todo)} to run, {workers} at a time"
+         + (f", in {len(groups)} packs" if pack > 1 else ""))
     lock, done = threading.Lock(), [0]
 
-    def work(item: tuple[SweepSpec, PlannedRun]) -> Outcome:
-        spec, run = item
-        outcome = execute(spec, run, workers=workers)
+    def work(item: tuple[SweepSpec, list[PlannedRun]]) -> list[Outcome]:
+        spec, runs = item
+        results = execute_pack(spec, runs, workers=workers)
         with lock:
-            done[0] += 1
-            echo(f"[{done[0]}/{len(todo)}] {spec.name} seed {run.params.get('seed')}: {outcome.state} "
-                 f"(exit {outcome.exit_code}, {outcome.wall_s:.1f} s)")
-        return outcome
+            for outcome in results:
+                done[0] += 1
+                echo(f"[{done[0]}/{len(todo)}] {spec.name} seed {outcome.run.params.get('seed')}: {outcome.state} "
+                     f"(exit {outcome.exit_code}, {outcome.wall_s:.1f} s)")
+        return results
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(work, todo))
+        return [outcome for results in pool.map(work, groups) for outcome in results]
 
 
 def collect(experiment: Experiment, planned: Planned) -> dict[str, report.RunResults]:
@@ -103,6 +112,7 @@ def reproduce(
     *,
     seeds: int = 1,
     workers: int = 1,
+    pack: int = 1,
     out: str | Path | None = None,
     command: str | None = None,
     echo: Callable[[str], None] = print,
@@ -114,13 +124,15 @@ def reproduce(
         raise ValueError(f"--seeds {seeds}: must be >= 1")
     if workers < 1:
         raise ValueError(f"--workers {workers}: must be >= 1")
+    if pack < 1:
+        raise ValueError(f"--pack {pack}: must be >= 1")
     experiment = load_experiment(name)
     check_experiment(experiment, (scale,))
     out = Path(out) if out is not None else Path(DEFAULT_OUT) / f"{experiment.name}-{scale}"
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     planned = plan(experiment, scale, seeds, out)
-    run_all(planned, workers, echo)
+    run_all(planned, workers, echo, pack)
     results = collect(experiment, planned)
     means = {label: res.means() for label, res in results.items()}
     verdicts = [check(c, means, scale) for c in experiment.claims if c.applies(scale)]
@@ -152,8 +164,9 @@ def reproduce(
 def cmd_reproduce(args: argparse.Namespace) -> int:
     command = "icl reproduce " + " ".join(
         shlex.quote(str(a)) for a in (args.name, "--scale", args.scale, "--seeds", args.seeds, "--workers", args.workers)
-    ) + (f" --out {shlex.quote(str(args.out))}" if args.out else "")
-    result = reproduce(args.name, args.scale, seeds=args.seeds, workers=args.workers, out=args.out, command=command)
+    ) + (f" --pack {args.pack}" if args.pack > 1 else "") + (f" --out {shlex.quote(str(args.out))}" if args.out else "")
+    result = reproduce(args.name, args.scale, seeds=args.seeds, workers=args.workers, pack=args.pack, out=args.out,
+                       command=command)
     failed = sum(len(r.failed) for r in result.results.values())
     return 1 if failed else 0
 
@@ -174,6 +187,8 @@ def add_reproduce_parser(subparsers) -> argparse.ArgumentParser:
                    "checks the plumbing only")
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per configuration (default: 1)")
     p.add_argument("--workers", type=int, default=1, help="runs in parallel (default: 1)")
+    p.add_argument("--pack", type=int, default=1, metavar="K",
+                   help="train up to K seeds of a run in one process, one batched computation (default: 1)")
     p.add_argument("--out", help=f"output folder (default: {DEFAULT_OUT}/NAME-SCALE)")
     p.set_defaults(func=cmd_reproduce)
     return p

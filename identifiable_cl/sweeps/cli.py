@@ -31,7 +31,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{run.run_id}  {' '.join(render_args(run.params))}")
         return 0
     outcomes = run_sweep(
-        spec, args.out, workers=args.workers, count=args.count, seed=args.seed, devices=_devices(args.devices)
+        spec, args.out, workers=args.workers, count=args.count, seed=args.seed, devices=_devices(args.devices),
+        pack=args.pack,
     )
     return 1 if any(o.state == "failed" for o in outcomes) else 0
 
@@ -115,6 +116,9 @@ def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--workers", type=int, default=1, help="runs in parallel (default: 1)")
     p.add_argument("--devices", help="comma-separated GPU ids, assigned round-robin to the workers (CUDA_VISIBLE_DEVICES)")
+    p.add_argument("--pack", type=int, default=1, metavar="K",
+                   help="train up to K runs of the same tensor shapes in one process, one batched computation "
+                        "(default 1: on a CPU packing shares only start-up; on a GPU it fills the device)")
     p.add_argument("--dry-run", action="store_true", help="print the planned runs and their arguments; run nothing")
     p.set_defaults(func=cmd_run)
 

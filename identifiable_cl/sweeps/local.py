@@ -21,6 +21,13 @@ A run whose ``status.json`` records exit code 0 is finished and skipped when the
 sweep is run again; any other run is started afresh. A failing run is recorded
 and the others go on. With ``devices``, worker slot i runs its jobs with
 ``CUDA_VISIBLE_DEVICES=devices[i % len(devices)]``.
+
+With ``pack`` K > 1, up to K runs whose configs can share one batched encoder
+pass (:func:`identifiable_cl.packing.pack_key`) train in one ``icl train
+--pack-file`` process (``pack.json`` in the first run's folder lists them); each
+keeps its folder, ``params.yaml``, W&B run id and its own ``status.json`` with
+its own exit code, and ``stdout.log`` holds the pack's output. Packing needs the
+sweep's command to be ``... icl train ...``.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from identifiable_cl.sweeps.render import describe, render_command
 from identifiable_cl.sweeps.spec import SweepSpec
 
 PARAMS, LOG, STATUS, RUN, ARGS_JSON, SWEEP = "params.yaml", "stdout.log", "status.json", "run", "params.json", "sweep.yaml"
+PACK, PACK_RESULT = "pack.json", "pack_result.json"
 
 
 @dataclass(frozen=True)
@@ -58,11 +66,7 @@ class Outcome:
 
 
 def read_status(folder: Path) -> dict[str, Any] | None:
-    path = Path(folder) / STATUS
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+    return _read_json(Path(folder) / STATUS)
 
 
 def is_finished(folder: Path) -> bool:
@@ -110,8 +114,8 @@ def run_environment(
     return env
 
 
-def execute(spec: SweepSpec, run: PlannedRun, device: str | None = None, workers: int = 1) -> Outcome:
-    """Start one planned run in a fresh folder, wait for it and record its status."""
+def _start(spec: SweepSpec, run: PlannedRun, device: str | None, workers: int) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """A fresh folder for the run, its parameters and its ``running`` status; returns (argv, env, status)."""
     folder = run.folder
     if folder.exists():
         shutil.rmtree(folder)
@@ -138,18 +142,89 @@ def execute(spec: SweepSpec, run: PlannedRun, device: str | None = None, workers
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_json(folder / STATUS, status)
-    started = time.perf_counter()
-    with open(folder / LOG, "w") as log:
+    return argv, env, status
+
+
+def _launch(argv: list[str], env: Mapping[str, str], log_path: Path) -> int:
+    with open(log_path, "w") as log:
         try:
-            code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL).returncode
+            return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL).returncode
         except OSError as exc:
             log.write(f"could not start {argv[0]!r}: {exc}\n")
-            code = 127
-    wall = time.perf_counter() - started
+            return 127
+
+
+def _finish(run: PlannedRun, status: dict[str, Any], code: int, wall: float) -> Outcome:
     state = "finished" if code == 0 else "failed"
     status.update(state=state, exit_code=code, wall_s=round(wall, 3), ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    write_json(folder / STATUS, status)
+    write_json(run.folder / STATUS, status)
     return Outcome(run, state, code, wall)
+
+
+def execute(spec: SweepSpec, run: PlannedRun, device: str | None = None, workers: int = 1) -> Outcome:
+    """Start one planned run in a fresh folder, wait for it and record its status."""
+    argv, env, status = _start(spec, run, device, workers)
+    started = time.perf_counter()
+    code = _launch(argv, env, run.folder / LOG)
+    return _finish(run, status, code, time.perf_counter() - started)
+
+
+def train_position(argv: Sequence[str]) -> int:
+    """Index of ``train`` in a rendered ``... icl train ...`` command; a ValueError otherwise."""
+    for i in range(1, len(argv)):
+        if argv[i] == "train" and (Path(argv[i - 1]).name == "icl" or argv[i - 1] == "identifiable_cl.cli"):
+            return i
+    raise ValueError(f"--pack: the sweep's command must run `icl train ...`; it renders as {list(argv)}")
+
+
+def execute_pack(spec: SweepSpec, runs: Sequence[PlannedRun], device: str | None = None, workers: int = 1) -> list[Outcome]:
+    """Start ``runs`` as one pack (see the module docstring), wait, and record each run's status."""
+    if len(runs) == 1:
+        return [execute(spec, runs[0], device, workers)]
+    starts = [_start(spec, run, device, workers) for run in runs]
+    entries = []
+    for run, (argv, _, _) in zip(runs, starts):
+        i = train_position(argv)
+        entries.append({"args": argv[i + 1 :], "wandb_id": run.run_id, "result": str(run.folder.resolve() / PACK_RESULT)})
+    first_argv, first_env, _ = starts[0]
+    pack_file = runs[0].folder.resolve() / PACK
+    pack_file.write_text(json.dumps(entries, indent=1))
+    argv = [*first_argv[: train_position(first_argv)], "train", "--pack-file", str(pack_file)]
+    env = {k: v for k, v in first_env.items() if k not in ("WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH")}
+    started = time.perf_counter()
+    code = _launch(argv, env, runs[0].folder / LOG)
+    wall = time.perf_counter() - started
+    outcomes = []
+    for run, (_, _, status) in zip(runs, starts):
+        if run is not runs[0]:
+            shutil.copyfile(runs[0].folder / LOG, run.folder / LOG)
+        result = _read_json(run.folder / PACK_RESULT)
+        status.update(packed_with=[r.run_id for r in runs], pack_command=argv)
+        outcomes.append(_finish(run, status, result["exit_code"] if result else (code or 1), wall))
+    return outcomes
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def pack_groups(spec: SweepSpec, runs: Sequence[PlannedRun], size: int) -> list[list[PlannedRun]]:
+    """The runs in packs of at most ``size`` whose configs share a pack key, in plan order."""
+    from identifiable_cl.packing import pack_key
+    from identifiable_cl.sweeps.plan import run_config
+
+    groups: list[tuple[tuple, list[PlannedRun]]] = []
+    for run in runs:
+        key = pack_key(run_config(spec, run.params))
+        open_group = next((g for k, g in groups if k == key and len(g) < size), None)
+        if open_group is None:
+            groups.append((key, [run]))
+        else:
+            open_group.append(run)
+    return [g for _, g in groups]
 
 
 def write_sweep_file(spec: SweepSpec, out: Path) -> None:
@@ -166,44 +241,53 @@ def run_sweep(
     count: int | None = None,
     seed: int = 0,
     devices: Sequence[str] | None = None,
+    pack: int = 1,
     echo: Callable[[str], None] = print,
 ) -> list[Outcome]:
-    """Run every planned run not finished before, ``workers`` at a time; outcomes in plan order."""
+    """Run every planned run not finished before, ``workers`` processes at a time, each training
+    up to ``pack`` compatible runs as one pack; outcomes in plan order."""
     if workers < 1:
         raise ValueError(f"--workers {workers}: must be >= 1")
+    if pack < 1:
+        raise ValueError(f"--pack {pack}: must be >= 1")
     if devices is not None and not devices:
         raise ValueError("--devices: give at least one device, e.g. --devices 0,1")
     runs = plan_runs(spec, out, count=count, seed=seed)
     write_sweep_file(spec, Path(out))
     todo = [r for r in runs if not is_finished(r.folder)]
     outcomes = {r.index: Outcome(r, "skipped", 0, 0.0) for r in runs}
-    echo(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} finished before, {len(todo)} to run, {workers} at a time")
+    groups = pack_groups(spec, todo, pack) if pack > 1 else [[run] for run in todo]
+    packed = f", in {len(groups)} packs" if pack > 1 else ""
+    echo(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} finished before, {len(todo)} to run{packed}, "
+         f"{workers} at a time")
     slots: queue.Queue[int] = queue.Queue()
     for slot in range(workers):
         slots.put(slot)
     lock = threading.Lock()
     done = 0
 
-    def work(run: PlannedRun) -> Outcome:
+    def work(group: list[PlannedRun]) -> list[Outcome]:
         nonlocal done
         slot = slots.get()
         try:
             device = devices[slot % len(devices)] if devices else None
-            outcome = execute(spec, run, device, workers)
+            results = execute_pack(spec, group, device, workers)
         finally:
             slots.put(slot)
         with lock:
-            done += 1
-            where = f" on device {device}" if device is not None else ""
-            echo(
-                f"[{done}/{len(todo)}] {run.run_id} {outcome.state} (exit {outcome.exit_code}, "
-                f"{outcome.wall_s:.1f} s{where}) {describe(run.params)}"
-            )
-        return outcome
+            for outcome in results:
+                done += 1
+                where = f" on device {device}" if device is not None else ""
+                echo(
+                    f"[{done}/{len(todo)}] {outcome.run.run_id} {outcome.state} (exit {outcome.exit_code}, "
+                    f"{outcome.wall_s:.1f} s{where}) {describe(outcome.run.params)}"
+                )
+        return results
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for outcome in pool.map(work, todo):
-            outcomes[outcome.run.index] = outcome
+        for results in pool.map(work, groups):
+            for outcome in results:
+                outcomes[outcome.run.index] = outcome
     ordered = [outcomes[r.index] for r in runs]
     failed = [o for o in ordered if o.state == "failed"]
     echo(

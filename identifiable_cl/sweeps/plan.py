@@ -54,14 +54,19 @@ def train_arguments(command: list[Any]) -> tuple[str | None, list[str]]:
     return config, overrides
 
 
-def check_run(spec: SweepSpec, index: int, params: Mapping[str, Any]) -> None:
-    """Resolve the config this run's ``icl train`` would build; a ValueError names the run and the key."""
+def run_config(spec: SweepSpec, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved config this run's ``icl train`` builds (a ValueError names the key)."""
     from identifiable_cl.config import load_config, parse_overrides
 
     config_file, fixed = train_arguments(spec.command)
+    return load_config(config_file, parse_overrides(fixed + render_args(params)))
+
+
+def check_run(spec: SweepSpec, index: int, params: Mapping[str, Any]) -> None:
+    """Resolve the config this run's ``icl train`` would build; a ValueError names the run and the key."""
     args = render_args(params)
     try:
-        load_config(config_file, parse_overrides(fixed + args))
+        run_config(spec, params)
     except ValueError as exc:
         raise ValueError(
             f"sweep file {spec.source}: rejected before any run started: run {index + 1} ({' '.join(args)}): {exc}"

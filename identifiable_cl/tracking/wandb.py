@@ -121,11 +121,14 @@ class WandbTracker(Tracker):
         self.run.finish()
 
 
-def open_wandb(config: Mapping[str, Any], run_dir: Path, shared: bool = False) -> WandbTracker | None:
+def open_wandb(
+    config: Mapping[str, Any], run_dir: Path, shared: bool = False, run_id: str | None = None
+) -> WandbTracker | None:
     """A W&B tracker for this run, or None when ``wandb`` is not installed or W&B is disabled.
 
     ``shared``: the run is one of several W&B runs open side by side in this process (packed
-    runs); each gets a new W&B run instead of finishing the one before.
+    runs); each gets a new W&B run instead of finishing the one before, with the id ``run_id``
+    when given (a sweep's run id, which ``WANDB_RUN_ID`` cannot carry for several runs).
 
     A failure to start W&B is reported on stderr and the run goes on with its own files only.
     """
@@ -136,6 +139,8 @@ def open_wandb(config: Mapping[str, Any], run_dir: Path, shared: bool = False) -
     kwargs = init_arguments(config, Path(run_dir))
     if shared:
         kwargs["reinit"] = "create_new"
+        if run_id is not None:
+            kwargs["id"] = run_id
     if kwargs["mode"] == "disabled":
         return None
     Path(run_dir).mkdir(parents=True, exist_ok=True)

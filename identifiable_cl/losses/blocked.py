@@ -30,11 +30,13 @@ of CPU ``exp``. Excluded pairs get weight exactly 0.
 Peak extra memory: a few (b, N) buffers per pairing, O(BLOCK_ENTRIES) whatever the batch; no
 (b, N, d) difference tensor is formed (the Lp kernels loop over the d coordinates).
 
-Kernels: ``native`` computes the similarities and their gradients with the C kernels of
-``identifiable_cl.losses.native`` (CPU, float32/float64; one vectorised pass over the block);
-``eager`` with torch operations (any device and dtype; the only choice on a GPU). ``auto``
-(default) takes ``native`` where it applies. The softmax parts are torch operations in both.
-Choose with :func:`use_kernels` or the environment variable ``ICL_KERNELS``.
+Kernels: ``native`` runs each block's forward (similarities, row maxima, exponentials, row sums)
+and backward (weights, gradients of anchors, candidates and scale) as the fused C kernels of
+``identifiable_cl.losses.native`` (CPU, float32/float64); ``eager`` runs :func:`block_forward`
+and :func:`block_backward` as torch operations (any device and dtype; the path on a GPU).
+``auto`` (default) takes ``native`` where it applies. Both compute the same similarities bit for
+bit; sums may be added in another order. Choose with :func:`use_kernels` or the environment
+variable ``ICL_KERNELS``.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ Kernels: ``native`` runs each block's forward (similarities, row maxima, exponen
 and backward (weights, gradients of anchors, candidates and scale) as the fused C kernels of
 ``identifiable_cl.losses.native`` (CPU, float32/float64); ``eager`` runs :func:`block_forward`
 and :func:`block_backward` as torch operations (any device and dtype; the path on a GPU).
-``auto`` (default) takes ``native`` where it applies. Both compute the same similarities bit for
-bit; sums may be added in another order. Choose with :func:`use_kernels` or the environment
+``auto`` (default) takes ``native`` where it applies. Both compute the same Lp similarities bit
+for bit (the eager dot product is a matrix product); sums may be added in another order. Choose with :func:`use_kernels` or the environment
 variable ``ICL_KERNELS``.
 """
 

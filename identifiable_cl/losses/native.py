@@ -8,7 +8,7 @@ library's ``exp``. Rows are split among OpenMP threads; the library is loaded af
 so shares torch's OpenMP runtime and its ``torch.get_num_threads()`` threads.
 
 The shared library is built once per source, compiler and CPU (``-O3 -march=native``, no
-floating-point contraction, so the similarities are bit for bit those of the eager kernels)
+floating-point contraction, so the Lp similarities are bit for bit those of the eager kernels)
 into ``$ICL_CACHE`` or ``~/.cache/identifiable_cl``. :func:`available` is False, and the eager
 torch kernels are used, where no compiler is found or the build fails; ``ICL_NATIVE=0`` turns
 the C kernels off.

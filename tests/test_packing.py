@@ -131,5 +131,10 @@ def test_sweep_runs_in_packs_with_a_status_each(tmp_path):
     assert all((f / "run" / "config.yaml").exists() for f in folders)
     with pytest.raises(ValueError, match="must run `icl train"):
         train_position(["python", "other.py", "train", "--x=1"])
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**sweep, "name": "other", "command": ["python", "other.py", "train", "${args}"]}))
+    with pytest.raises(ValueError, match="must run `icl train"):
+        run_sweep(load_sweep(other), tmp_path / "other", pack=2, echo=lambda line: None)
+    assert not (tmp_path / "other").exists()
     rerun = run_sweep(load_sweep(path), tmp_path / "out", pack=3, echo=lambda line: None)
     assert [o.state for o in rerun].count("skipped") == 2

@@ -218,6 +218,7 @@ def pack_groups(spec: SweepSpec, runs: Sequence[PlannedRun], size: int) -> list[
 
     groups: list[tuple[tuple, list[PlannedRun]]] = []
     for run in runs:
+        train_position(render_command(spec.command, run.params, program=spec.program))  # before any folder is made
         key = pack_key(run_config(spec, run.params))
         open_group = next((g for k, g in groups if k == key and len(g) < size), None)
         if open_group is None:
@@ -253,10 +254,10 @@ def run_sweep(
     if devices is not None and not devices:
         raise ValueError("--devices: give at least one device, e.g. --devices 0,1")
     runs = plan_runs(spec, out, count=count, seed=seed)
-    write_sweep_file(spec, Path(out))
     todo = [r for r in runs if not is_finished(r.folder)]
-    outcomes = {r.index: Outcome(r, "skipped", 0, 0.0) for r in runs}
     groups = pack_groups(spec, todo, pack) if pack > 1 else [[run] for run in todo]
+    write_sweep_file(spec, Path(out))
+    outcomes = {r.index: Outcome(r, "skipped", 0, 0.0) for r in runs}
     packed = f", in {len(groups)} packs" if pack > 1 else ""
     echo(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} finished before, {len(todo)} to run{packed}, "
          f"{workers} at a time")

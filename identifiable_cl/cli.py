@@ -65,32 +65,39 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def train_pack(runs: Sequence[tuple[Mapping[str, Any], Path, str | None]]) -> list[dict[str, Any] | BaseException]:
+    """Train ``(config, run_dir, wandb_id)`` runs as one pack, printing each run's table; their results.
+
+    Everything is built and checked to fit one pack before any run directory is written.
+    """
+    from identifiable_cl.packing import check_packable, run_packed
+    from identifiable_cl.training import Trainer, build
+
+    built = [build(config) for config, _, _ in runs]
+    check_packable(built)
+    trainers = []
+    for (config, run_dir, wandb_id), components in zip(runs, built):
+        trainer = Trainer.create(config, run_dir, progress=False, components=components)
+        trainer.wandb_id = wandb_id
+        trainers.append(trainer)
+        print(f"run directory: {run_dir}")
+    print(trainers[0].c.process.describe())
+    results = run_packed(trainers)
+    for trainer, result in zip(trainers, results):
+        print(f"\nseed {trainer.c.config['seed']} ({trainer.run_dir}):")
+        print(f"failed: {result}" if isinstance(result, BaseException) else results_table(result))
+    return results
+
+
 def cmd_train_packed(args: argparse.Namespace, overrides: Mapping[str, Any]) -> int:
     """``icl train ... --pack-seeds S``: one run per seed, trained as one pack (``identifiable_cl.packing``)."""
     from identifiable_cl.config import load_config
-    from identifiable_cl.packing import check_packable, run_packed
-    from identifiable_cl.training import Trainer, build
 
     if args.resume or args.run_dir:
         raise ValueError("--pack-seeds starts new runs under --out; it takes neither --resume nor --run-dir")
     configs = [load_config(args.config, {**overrides, "seed": seed}) for seed in parse_seeds(args.pack_seeds)]
-    built = [build(config) for config in configs]
-    check_packable(built)
-    trainers = []
-    for config, components in zip(configs, built):
-        run_dir = default_run_dir(Path(args.out), config)
-        trainers.append(Trainer.create(config, run_dir, progress=False, components=components))
-        print(f"run directory: {run_dir}")
-    print(trainers[0].c.process.describe())
-    failed = 0
-    for trainer, result in zip(trainers, run_packed(trainers)):
-        print(f"\nseed {trainer.c.config['seed']} ({trainer.run_dir}):")
-        if isinstance(result, BaseException):
-            failed += 1
-            print(f"failed: {result}")
-        else:
-            print(results_table(result))
-    return 1 if failed else 0
+    results = train_pack([(config, default_run_dir(Path(args.out), config), None) for config in configs])
+    return 1 if any(isinstance(r, BaseException) for r in results) else 0
 
 
 def cmd_train_pack_file(args: argparse.Namespace) -> int:
@@ -104,9 +111,7 @@ def cmd_train_pack_file(args: argparse.Namespace) -> int:
     import json
 
     from identifiable_cl.config import load_config, parse_overrides
-    from identifiable_cl.packing import check_packable, run_packed
     from identifiable_cl.rundir import write_json
-    from identifiable_cl.training import Trainer, build
 
     try:
         entries = json.loads(Path(args.pack_file).read_text())
@@ -118,23 +123,12 @@ def cmd_train_pack_file(args: argparse.Namespace) -> int:
         one = build_parser().parse_args(["train", *options])
         if one.run_dir is None:
             raise ValueError(f"--pack-file {args.pack_file!r}: every run needs --run-dir; got {entry['args']}")
-        config = load_config(one.config, parse_overrides(overrides))
-        runs.append((entry, config, build(config), Path(one.run_dir)))
-    check_packable([components for _, _, components, _ in runs])
-    trainers = []
-    for entry, config, components, run_dir in runs:
-        trainer = Trainer.create(config, run_dir, progress=False, components=components)
-        trainer.wandb_id = entry.get("wandb_id")
-        trainers.append(trainer)
-        print(f"run directory: {run_dir}")
-    failed = 0
-    for (entry, *_), trainer, result in zip(runs, trainers, run_packed(trainers)):
-        print(f"\n{trainer.run_dir}:")
-        ok = not isinstance(result, BaseException)
-        print(results_table(result) if ok else f"failed: {result}")
-        failed += not ok
-        write_json(Path(entry["result"]), {"exit_code": 0 if ok else 1, "error": None if ok else str(result)})
-    return 1 if failed else 0
+        runs.append((load_config(one.config, parse_overrides(overrides)), Path(one.run_dir), entry.get("wandb_id")))
+    results = train_pack(runs)
+    for entry, result in zip(entries, results):
+        failed = isinstance(result, BaseException)
+        write_json(Path(entry["result"]), {"exit_code": 1 if failed else 0, "error": str(result) if failed else None})
+    return 1 if any(isinstance(r, BaseException) for r in results) else 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -22,7 +22,15 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from identifiable_cl.training import Components, NonFiniteLoss, Trainer, clip_and_step
+from identifiable_cl.training import (
+    Components,
+    NonFiniteLoss,
+    Trainer,
+    clip_and_step,
+    observations,
+    precision,
+    split_encodings,
+)
 
 def pack_key(config: Mapping[str, Any]) -> tuple:
     """What must agree between runs of one pack (see the module docstring)."""
@@ -65,25 +73,17 @@ def _stacked(cs: Sequence[Components], kind: str) -> dict[str, Tensor]:
 def packed_step(cs: Sequence[Components]) -> list[Tensor]:
     """One training step of every run in ``cs`` (see the module docstring); their losses, on device."""
     batches = [c.process.sample(c.config["train"]["batch_size"], c.batches) for c in cs]
-    dim = cs[0].process.dim
-    x = torch.stack([
-        torch.cat([b.x, b.x_pos] + ([b.x_neg.reshape(-1, dim)] if b.x_neg is not None else [])) for b in batches
-    ])
+    x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])
     params, buffers = _stacked(cs, "named_parameters"), _stacked(cs, "named_buffers")
     base = cs[0].encoder
 
     def encode(p: dict[str, Tensor], b: dict[str, Tensor], rows: Tensor) -> Tensor:
         return functional_call(base, (p, b), (rows,))
 
-    bf16 = cs[0].config["train"]["precision"] == "bf16"
-    with torch.autocast(cs[0].device.type, dtype=torch.bfloat16, enabled=bf16):
+    with precision(cs[0]):
         h_all = vmap(encode)(params, buffers, x)
     h_all = h_all.to(cs[0].process.dtype)
-    losses = []
-    size = batches[0].x.shape[0]
-    for c, batch, h in zip(cs, batches, h_all):
-        h_neg = h[2 * size :].reshape(*batch.x_neg.shape[:-1], -1) if batch.x_neg is not None else None
-        losses.append(c.loss(h[:size], h[size : 2 * size], h_neg))
+    losses = [c.loss(*split_encodings(h, batch)) for c, batch, h in zip(cs, batches, h_all)]
     for c in cs:
         c.optimizer.zero_grad(set_to_none=True)
     torch.stack(losses).sum().backward()

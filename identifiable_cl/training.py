@@ -114,19 +114,31 @@ def train_step(c: Components) -> Tensor:
     and its outputs are cast back to float32 for the loss.
     """
     batch = c.process.sample(c.config["train"]["batch_size"], c.batches)
-    parts = [batch.x, batch.x_pos] + ([batch.x_neg.reshape(-1, c.process.dim)] if batch.x_neg is not None else [])
-    bf16 = c.config["train"]["precision"] == "bf16"
-    with torch.autocast(c.device.type, dtype=torch.bfloat16, enabled=bf16):
-        h_all = c.encoder(torch.cat(parts))
-    h_all = h_all.to(c.process.dtype)
-    size = batch.x.shape[0]
-    h, h_pos = h_all[:size], h_all[size : 2 * size]
-    h_neg = h_all[2 * size :].reshape(*batch.x_neg.shape[:-1], -1) if batch.x_neg is not None else None
-    loss = c.loss(h, h_pos, h_neg)
+    with precision(c):
+        h_all = c.encoder(observations(batch, c.process.dim))
+    loss = c.loss(*split_encodings(h_all.to(c.process.dtype), batch))
     c.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     clip_and_step(c)
     return loss.detach()
+
+
+def observations(batch: dgp.Batch, dim: int) -> Tensor:
+    """The rows x (B, D), x+ (B, D) and the negatives' x (B·K or M, D) stacked for one encoder pass."""
+    parts = [batch.x, batch.x_pos] + ([batch.x_neg.reshape(-1, dim)] if batch.x_neg is not None else [])
+    return torch.cat(parts)
+
+
+def split_encodings(h_all: Tensor, batch: dgp.Batch) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(h, h_pos, h_neg) back from the encodings of :func:`observations`' rows; h_neg in x_neg's shape."""
+    size = batch.x.shape[0]
+    h_neg = h_all[2 * size :].reshape(*batch.x_neg.shape[:-1], -1) if batch.x_neg is not None else None
+    return h_all[:size], h_all[size : 2 * size], h_neg
+
+
+def precision(c: Components) -> torch.autocast:
+    """bfloat16 autocast for the encoder's forward pass under ``train.precision: bf16``, else a no-op."""
+    return torch.autocast(c.device.type, dtype=torch.bfloat16, enabled=c.config["train"]["precision"] == "bf16")
 
 
 def clip_and_step(c: Components) -> None:

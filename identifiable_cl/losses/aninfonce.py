@@ -17,12 +17,12 @@ from identifiable_cl.losses.base import (
     Terms,
     assemble,
     check_dim,
-    check_inputs,
     check_lr,
     contrastive_loss,
     infonce_row,
     normalise,
     option_key,
+    prepared_inputs,
 )
 from identifiable_cl.registries import LOSSES
 
@@ -110,9 +110,7 @@ class AnInfoNCE(ContrastiveLoss):
 
     def _scaled(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None):
         """Checked inputs (unit-normalised if ``unit_norm``) times s = sqrt(c Λ̂)."""
-        check_inputs(h, h_pos, self.dim)
-        if not self.requires_negatives:
-            h_neg = None
+        h, h_pos, h_neg = prepared_inputs(h, h_pos, h_neg, self.dim, self.requires_negatives)
         if self.unit_norm:
             h, h_pos, h_neg = normalise(h, h_pos, h_neg)
         tiny = torch.finfo(self.raw_lambda.dtype).tiny

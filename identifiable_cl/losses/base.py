@@ -147,11 +147,7 @@ def assemble(
             return Terms(pos, pairwise(h, h_neg), h_neg.shape[0])
         neg = pairwise(h.unsqueeze(1), h_neg).squeeze(1)
         return Terms(pos, neg, h_neg.shape[1])
-    if batch < 2:
-        raise ValueError(
-            f"{key}.negatives={negatives!r} draws negatives from the batch and needs "
-            f"at least 2 samples; got a batch of {batch}"
-        )
+    _check_batch(negatives, batch, key)
     pos = paired_similarity(h, h_pos, kind) / tau
     if negatives == "first_view":
         return Terms(pos, pairwise(h, h), batch)
@@ -201,10 +197,9 @@ def contrastive_loss(
     ``lse[:, m]`` = log Σ_k exp(multipliers[m] · l(a, a-_k)) over the anchor's negatives
     (module docstring) and ``pos`` = l(a, a+). Batch negatives and shared DGP negatives
     (M, d) go through the row-blocked core (``identifiable_cl.losses.blocked``); per-anchor
-    DGP negatives (B, K, d) hold only B·K logits and are scored directly. Encodings in
-    bfloat16/float16 are promoted to float32 first, so reductions run in float32.
+    DGP negatives (B, K, d) hold only B·K logits and are scored directly. Inputs come from
+    :func:`prepared_inputs`.
     """
-    h, h_pos, h_neg = _promote(h, h_pos, h_neg)
     batch = h.shape[0]
     pos = paired_similarity(h, h_pos, kind) * scale
     if negatives == "independent":
@@ -216,11 +211,7 @@ def contrastive_loss(
             return rows(pos, lse, torch.as_tensor(scale, dtype=pos.dtype, device=pos.device)).mean()
         plan_args = ((h, h_neg), [Pairing(0, 1)], [(0,)], h_neg.shape[0], batch)
     else:
-        if batch < 2:
-            raise ValueError(
-                f"{key}.negatives={negatives!r} draws negatives from the batch and needs "
-                f"at least 2 samples; got a batch of {batch}"
-            )
+        _check_batch(negatives, batch, key)
         plan_args = _batch_plan(negatives, h, h_pos)
     tensors, pairings, groups, n_neg, count = plan_args
     if negatives == "symmetric":
@@ -244,6 +235,14 @@ def _batch_plan(negatives: str, h: Tensor, h_pos: Tensor):
     return (h, h_pos), pairings, [(0, 2), (1, 2)], 2 * batch - 2, 2 * batch
 
 
+def _check_batch(negatives: str, batch: int, key: str) -> None:
+    if batch < 2:
+        raise ValueError(
+            f"{key}.negatives={negatives!r} draws negatives from the batch and needs "
+            f"at least 2 samples; got a batch of {batch}"
+        )
+
+
 def _check_negatives(h: Tensor, h_neg: Tensor | None, key: str) -> str:
     """``shared`` for h_neg (M, d), ``per_anchor`` for (B, K, d); anything else is an error."""
     batch = h.shape[0]
@@ -262,9 +261,15 @@ def _check_negatives(h: Tensor, h_neg: Tensor | None, key: str) -> str:
     )
 
 
-def _promote(*xs: Tensor | None) -> tuple[Tensor | None, ...]:
+def prepared_inputs(
+    h: Tensor, h_pos: Tensor, h_neg: Tensor | None, dim: int, uses_negatives: bool
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Checked encodings (see :func:`check_inputs`); h_neg dropped unless the loss uses it; bfloat16 and
+    float16 promoted to float32 before anything is computed from them, so reductions run in float32."""
+    check_inputs(h, h_pos, dim)
     low = (torch.bfloat16, torch.float16)
-    return tuple(x.float() if x is not None and x.dtype in low else x for x in xs)
+    h, h_pos, h_neg = (x.float() if x is not None and x.dtype in low else x for x in (h, h_pos, h_neg))
+    return h, h_pos, h_neg if uses_negatives else None
 
 
 def check_inputs(h: Tensor, h_pos: Tensor, dim: int) -> None:

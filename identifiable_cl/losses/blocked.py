@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
@@ -326,13 +327,9 @@ def _rows(plan: Plan, stats, pos: Tensor, scale: Tensor, fresh: slice, want_grad
             total = total + plan.row_loss(pos_leaf, pooled, scale_leaf).sum()
         if not want_grad:
             return (total.detach(),)
-        used = [i for i in range(len(lse)) if any(i in g for g in plan.groups)]
-        outs = torch.autograd.grad(total, [pos_leaf, scale_leaf, *(lse_leaves[i] for i in used)], allow_unused=True)
-    per_pairing: list[Tensor | None] = [None] * len(lse)
-    for i, g in zip(used, outs[2:]):
-        full = torch.zeros_like(lse[i])
-        full[fresh] = g
-        per_pairing[i] = full
+        outs = torch.autograd.grad(total, [pos_leaf, scale_leaf, *lse_leaves], allow_unused=True)
+    # zeros for the block's rows before the fresh ones; None for a pairing no group pools
+    per_pairing = [None if g is None else F.pad(g, (0, 0, fresh.start, 0)) for g in outs[2:]]
     zero = torch.zeros((), dtype=pos.dtype, device=pos.device)
     return total.detach(), outs[0], zero if outs[1] is None else outs[1], per_pairing
 

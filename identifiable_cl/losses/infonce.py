@@ -16,12 +16,12 @@ from identifiable_cl.losses.base import (
     Terms,
     assemble,
     check_dim,
-    check_inputs,
     check_lr,
     contrastive_loss,
     infonce_row,
     normalise,
     option_key,
+    prepared_inputs,
 )
 from identifiable_cl.registries import LOSSES
 
@@ -93,9 +93,7 @@ class InfoNCE(ContrastiveLoss):
 
     def _prepare(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None):
         """Checked inputs (unit-normalised for cosine) and the similarity the core computes."""
-        check_inputs(h, h_pos, self.dim)
-        if not self.requires_negatives:
-            h_neg = None
+        h, h_pos, h_neg = prepared_inputs(h, h_pos, h_neg, self.dim, self.requires_negatives)
         if self.similarity == "cosine":
             h, h_pos, h_neg = normalise(h, h_pos, h_neg)
             return h, h_pos, h_neg, "dot"

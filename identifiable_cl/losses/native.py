@@ -58,7 +58,7 @@ def _build() -> ctypes.CDLL | None:
     if compiler is None or platform.system() == "Windows":
         return None
     key = hashlib.sha256(
-        SOURCE.read_bytes() + " ".join([compiler, *FLAGS, _cpu_signature()]).encode()
+        SOURCE.read_bytes() + repr([compiler, FLAGS, VARIANTS, _cpu_signature()]).encode()
     ).hexdigest()[:16]
     target = _cache_dir() / f"pairwise-{key}.so"
     if not target.exists():

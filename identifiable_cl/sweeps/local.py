@@ -182,14 +182,15 @@ def execute_pack(spec: SweepSpec, runs: Sequence[PlannedRun], device: str | None
     if len(runs) == 1:
         return [execute(spec, runs[0], device, workers)]
     starts = [_start(spec, run, device, workers) for run in runs]
-    entries = []
-    for run, (argv, _, _) in zip(runs, starts):
-        i = train_position(argv)
-        entries.append({"args": argv[i + 1 :], "wandb_id": run.run_id, "result": str(run.folder.resolve() / PACK_RESULT)})
+    positions = [train_position(argv) for argv, _, _ in starts]
+    entries = [
+        {"args": argv[i + 1 :], "wandb_id": run.run_id, "result": str(run.folder.resolve() / PACK_RESULT)}
+        for run, (argv, _, _), i in zip(runs, starts, positions)
+    ]
     first_argv, first_env, _ = starts[0]
     pack_file = runs[0].folder.resolve() / PACK
     pack_file.write_text(json.dumps(entries, indent=1))
-    argv = [*first_argv[: train_position(first_argv)], "train", "--pack-file", str(pack_file)]
+    argv = [*first_argv[: positions[0]], "train", "--pack-file", str(pack_file)]
     env = {k: v for k, v in first_env.items() if k not in ("WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH")}
     started = time.perf_counter()
     code = _launch(argv, env, runs[0].folder / LOG)

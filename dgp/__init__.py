@@ -5,13 +5,18 @@ from a plain config dict with :func:`build_process`.
 """
 
 from dgp import conditionals, content_style, marginals, mixing, negatives, spaces  # noqa: F401  (registration)
-from dgp.process import Batch, Process, build_process, load_process
-from dgp.registries import CONDITIONALS, MARGINALS, MIXINGS, NEGATIVES, SPACES
+from dgp.process import Batch, Process, build_process, check_process, load_process
+from dgp.conditionals import CONDITIONALS
+from dgp.marginals import MARGINALS
+from dgp.mixing import MIXINGS
+from dgp.negatives import NEGATIVES
+from dgp.spaces import SPACES
 
 __all__ = [
     "Batch",
     "Process",
     "build_process",
+    "check_process",
     "load_process",
     "SPACES",
     "MARGINALS",

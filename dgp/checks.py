@@ -2,8 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
+
+_CHECKING = contextvars.ContextVar("dgp_checking", default=False)
+
+
+@contextlib.contextmanager
+def checking() -> Iterator[None]:
+    """Within this block components are built only to check their options: a component whose
+    construction is expensive (the mixing's condition-number search) validates every option,
+    then skips the expensive draw and holds placeholder parameters (see :func:`only_checking`)."""
+    token = _CHECKING.set(True)
+    try:
+        yield
+    finally:
+        _CHECKING.reset(token)
+
+
+def only_checking() -> bool:
+    """True inside :func:`checking`: validate, then skip expensive parameter draws."""
+    return _CHECKING.get()
 
 
 def fail(key: str, value: Any, allowed: str) -> None:
@@ -56,4 +77,21 @@ def choice(key: str, value: Any, options: Iterable[str]) -> str:
     options = list(options)
     if value not in options:
         fail(key, value, f"allowed: {', '.join(map(repr, options))}")
+    return value
+
+
+def canonical(value: Any) -> Any:
+    """``value`` with every number as a float and mappings as plain dicts, recursively.
+
+    ``10`` and ``10.0`` (what a W&B server sends for a float ending in .0) describe the same
+    parameter; hashes and comparisons of configs use this form.
+    """
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
     return value

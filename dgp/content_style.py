@@ -33,7 +33,8 @@ from torch import Tensor
 
 from dgp import checks
 from dgp.base import Conditional, Marginal, Space
-from dgp.registries import CONDITIONALS, MARGINALS
+from dgp.conditionals import CONDITIONALS
+from dgp.marginals import MARGINALS
 from dgp.spaces import Euclidean
 
 

@@ -22,8 +22,11 @@ from torch import Tensor
 from dgp import checks, truncation
 from dgp.base import Marginal
 from dgp.conditionals.vmf import sample_vmf
-from dgp.registries import MARGINALS
+from dgp.registry import Registry
 from dgp.spaces import Box, Euclidean, Sphere
+
+MARGINALS = Registry("marginals")
+"""Latent marginals p(z) by name."""
 
 
 class _Marginal(Marginal):

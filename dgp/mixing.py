@@ -28,7 +28,10 @@ from torch import Tensor
 
 from dgp import checks
 from dgp.base import Mixing
-from dgp.registries import MIXINGS
+from dgp.registry import Registry
+
+MIXINGS = Registry("mixings")
+"""Mixing functions g by name."""
 
 CHUNK = 4096
 """Matrices drawn and checked per batch when building the reference and redrawing layers."""
@@ -71,6 +74,8 @@ def draw_layers(
     if not 0.0 <= ratio < 1.0:
         checks.fail(f"{key}.cond_ratio", cond_ratio, "must lie in [0, 1)")
     draws = checks.integer(f"{key}.cond_draws", cond_draws, minimum=1)
+    if checks.only_checking():  # options are valid; the search is skipped (placeholder identity layers)
+        return torch.eye(dim, dtype=torch.float64).expand(count, dim, dim).clone(), 1.0
     threshold = condition_threshold(dim, draws, ratio, rng)
     weights = torch.stack([well_conditioned_matrix(dim, threshold, rng) for _ in range(count)])
     return weights, threshold

@@ -18,7 +18,10 @@ from torch import Tensor
 
 from dgp import checks
 from dgp.base import Marginal, Negatives
-from dgp.registries import NEGATIVES
+from dgp.registry import Registry
+
+NEGATIVES = Registry("negatives")
+"""Sources of separate negatives by name."""
 
 _CHUNK = 1 << 22
 """At most this many anchor-pool logits are held at once."""

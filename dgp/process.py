@@ -6,7 +6,7 @@ processes built from the same config and seed are identical and adding a
 component never changes the draws of another. Batches are then sampled with an
 explicit generator::
 
-    process = build_process({"conditional": {"name": "vmf", "kappa": 5.0}}, seed=0)
+    process = build_process({"space": "sphere", "conditional": {"name": "vmf", "kappa": 5.0}}, seed=0)
     batch = process.sample(6144, process.make_generator(1))
     batch.x, batch.x_pos   # (6144, 10) observations g(z), g(z+)
 """
@@ -23,19 +23,25 @@ import torch
 from torch import Tensor, nn
 
 from dgp import checks
-from dgp.registries import CONDITIONALS, MARGINALS, MIXINGS, NEGATIVES, SPACES
+from dgp.conditionals import CONDITIONALS
+from dgp.marginals import MARGINALS
+from dgp.mixing import MIXINGS
+from dgp.negatives import NEGATIVES
+from dgp.spaces import SPACES
 from dgp.seeding import generator as stream_generator
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "dim": 10,
     "dtype": "float32",
-    "space": {"name": "sphere"},
+    "space": {"name": "box", "low": 0.0, "high": 1.0},
     "marginal": {"name": "uniform"},
-    "conditional": {"name": "vmf", "kappa": 1.0},
+    "conditional": {"name": "laplace", "scale": 0.1},
     "negatives": {"name": "none"},
     "mixing": {"name": "mlp"},
 }
-"""The Z21 sphere setting: uniform latents on S^9, vMF positives, a 3-layer invertible MLP."""
+"""Z21's box setting: uniform latents in [0, 1]^10, Laplace(0.1) positives, a 3-layer invertible MLP.
+
+It is also the default of a run (``identifiable_cl.config.DEFAULTS``)."""
 
 COMPONENTS = ("space", "marginal", "conditional", "negatives", "mixing")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -61,14 +67,16 @@ def resolve_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
 
     A component given as a bare string is read as ``{"name": string}``.
     """
+    if config is not None and not isinstance(config, Mapping):
+        checks.fail("dgp", config, "a mapping of process keys (dim, dtype, space, marginal, ...)")
     resolved = copy.deepcopy(DEFAULT_CONFIG)
     for key, value in dict(config or {}).items():
         if key not in DEFAULT_CONFIG:
             checks.fail(f"dgp.{key}", value, f"unknown key; allowed: {', '.join(DEFAULT_CONFIG)}")
         if key in COMPONENTS:
+            if not isinstance(value, (str, Mapping)) or (isinstance(value, Mapping) and "name" not in value):
+                checks.fail(f"dgp.{key}", value, "a component name, or a mapping with a 'name' entry")
             value = {"name": value} if isinstance(value, str) else dict(value)
-            if "name" not in value:
-                checks.fail(f"dgp.{key}", value, "a mapping with a 'name' entry")
         resolved[key] = value
     return resolved
 
@@ -98,8 +106,21 @@ class Process(nn.Module):
         )
         self.negatives = NEGATIVES.build(cfg["negatives"], self.space, rng("negatives"), key="dgp.negatives")
         self.mixing = MIXINGS.build(cfg["mixing"], dim, rng("mixing"), key="dgp.mixing")
+        self._check_blocks()
         self.register_buffer("_anchor", torch.zeros((), dtype=dtype), persistent=False)
         self.to(dtype)
+
+    def _check_blocks(self) -> None:
+        """Marginal and conditional must agree on the dimensions of every block both define."""
+        ours = getattr(self.marginal, "blocks", dict)()
+        for name, dims in getattr(self.conditional, "blocks", dict)().items():
+            if name in ours and ours[name] != dims:
+                checks.fail(
+                    "dgp.conditional.content_dim" if name == "content" else f"dgp.conditional ({name} block)",
+                    len(dims),
+                    f"the marginal's {name} block has {len(ours[name])} dimensions "
+                    f"({ours[name][0]}..{ours[name][-1]}); give both the same",
+                )
 
     @property
     def dim(self) -> int:
@@ -119,14 +140,24 @@ class Process(nn.Module):
 
     def sample_latents(self, n: int, generator: torch.Generator) -> Tensor:
         """``(n, dim)`` draws from the marginal p(z)."""
+        n = self._check_draw(n, generator, "n")
         return self.marginal.sample(n, generator)
 
     def mix(self, z: Tensor) -> Tensor:
         """Observations x = g(z) for latents of shape ``(..., dim)``."""
         return self.mixing(z.reshape(-1, self.dim)).reshape(z.shape)
 
+    def _check_draw(self, n: Any, generator: Any, key: str) -> int:
+        n = checks.integer(key, n, minimum=1)
+        if not isinstance(generator, torch.Generator):
+            checks.fail("generator", generator, "a torch.Generator, e.g. process.make_generator(seed)")
+        if generator.device.type != self.device.type:
+            checks.fail("generator", f"on {generator.device}", f"a generator on the process's device {self.device}")
+        return n
+
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
         """A fresh batch: anchors, positives, negatives, and all of them mixed in one pass."""
+        batch_size = self._check_draw(batch_size, generator, "batch_size")
         z = self.marginal.sample(batch_size, generator)
         z_pos = self.conditional.sample(z, generator)
         z_neg = self.negatives.sample(z, self.marginal, generator)
@@ -161,9 +192,18 @@ class Process(nn.Module):
         return list(groups.values())
 
     def fingerprint(self) -> str:
-        """A stable hash of the config, the seed and every drawn parameter (device-independent)."""
+        """A stable hash of the config, the seed and every drawn parameter (device-independent).
+
+        Config numbers are hashed as floats (:func:`dgp.checks.canonical`), so ``kappa: 10`` and
+        ``kappa: 10.0`` give the same fingerprint.
+        """
+        return self._fingerprint(canonical=True)
+
+    def _fingerprint(self, canonical: bool) -> str:
+        """With ``canonical=False``, the hash of runs saved before numbers were hashed canonically."""
         h = hashlib.sha256()
-        h.update(json.dumps({"config": self.config, "seed": self.seed}, sort_keys=True).encode())
+        header = {"config": self.config, "seed": self.seed}
+        h.update(json.dumps(checks.canonical(header) if canonical else header, sort_keys=True).encode())
         for name, tensor in sorted(self.state_dict().items()):
             h.update(name.encode())
             h.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
@@ -192,15 +232,33 @@ def build_process(config: Mapping[str, Any] | None = None, seed: int = 0) -> Pro
     return Process(config, seed)
 
 
+def check_process(config: Mapping[str, Any] | None = None, seed: int = 0) -> Process:
+    """Build every component of ``config`` to check it, quickly: the expensive draws (the mixing's
+    condition-number search) are skipped and hold placeholders (:func:`dgp.checks.checking`),
+    so the result is for checks only, never for an experiment."""
+    with checks.checking():
+        return Process(config, seed)
+
+
+SAVED_KEYS = ("config", "seed", "fingerprint", "state")
+"""What :meth:`Process.to_file` writes."""
+
+
 def load_process(saved: Mapping[str, Any], device: torch.device | str = "cpu") -> Process:
     """Rebuild a process saved with :meth:`Process.to_file`, with its saved parameters loaded.
 
     The saved parameters, not fresh draws, are used; a fingerprint mismatch
     means the file was altered and raises a ValueError.
     """
+    if not isinstance(saved, Mapping) or any(k not in saved for k in SAVED_KEYS):
+        given = sorted(saved) if isinstance(saved, Mapping) else type(saved).__name__
+        raise ValueError(f"a saved process is a mapping with keys {', '.join(SAVED_KEYS)}; got {given}")
     process = Process(saved["config"], saved["seed"])
-    process.load_state_dict(saved["state"])
-    if process.fingerprint() != saved["fingerprint"]:
+    try:
+        process.load_state_dict(saved["state"])
+    except (RuntimeError, TypeError, AttributeError) as exc:
+        raise ValueError(f"the saved process's parameters do not fit its config: {exc}") from exc
+    if saved["fingerprint"] not in (process.fingerprint(), process._fingerprint(canonical=False)):
         raise ValueError(
             f"saved process fingerprint {saved['fingerprint']} does not match its parameters "
             f"({process.fingerprint()}); the file is corrupt or was edited"

@@ -128,27 +128,46 @@ class Registry:
         unknown = sorted(set(options) - set(allowed))
         if unknown and not accepts_var_kwargs(obj):
             raise ValueError(
-                f"{key}: unknown option(s) {', '.join(map(repr, unknown))} for "
+                f"{', '.join(f'{key}.{o}' for o in unknown)}: unknown option(s) for "
                 f"{self.kind} {spec['name']!r}; allowed: {', '.join(allowed) or '(none)'}"
             )
         return obj(*args, **kwargs, **options)
 
 
-def _signature(obj: Any) -> inspect.Signature:
-    return inspect.signature(obj.__init__ if inspect.isclass(obj) else obj)
+def option_parameters(obj: Any) -> tuple[dict[str, inspect.Parameter], bool]:
+    """The keyword-only parameters a config may set on ``obj``, and whether it takes any other.
+
+    For a class they are collected along its method resolution order: an
+    ``__init__`` that takes ``**options`` passes them on to the next class's
+    ``__init__``, so a subclass declares only the options it adds. The chain
+    ends at the first ``__init__`` without ``**`` (or at ``torch.nn.Module``,
+    which takes none); only a function with ``**`` accepts arbitrary options.
+    """
+    if not inspect.isclass(obj):
+        params = inspect.signature(obj).parameters.values()
+        found = {p.name: p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        return found, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    found: dict[str, inspect.Parameter] = {}
+    for cls in obj.__mro__:
+        if "__init__" not in vars(cls) or cls.__module__.startswith(("torch.", "builtins")):
+            continue
+        params = inspect.signature(vars(cls)["__init__"]).parameters.values()
+        for p in params:
+            if p.kind is inspect.Parameter.KEYWORD_ONLY:
+                found.setdefault(p.name, p)
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            break
+    return found, False
 
 
 def user_options(obj: Any, exclude: set[str] = frozenset()) -> list[str]:
-    """Keyword-only parameters of ``obj`` a config may set (those after ``*``)."""
-    return [
-        p.name
-        for p in _signature(obj).parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in exclude
-    ]
+    """Names of the options a config may set on ``obj`` (see :func:`option_parameters`)."""
+    return [name for name in option_parameters(obj)[0] if name not in exclude]
 
 
 def accepts_var_kwargs(obj: Any) -> bool:
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in _signature(obj).parameters.values())
+    """Whether ``obj`` takes options beyond those it names (a function with ``**options``)."""
+    return option_parameters(obj)[1]
 
 
 REGISTRIES: dict[str, Registry] = {}

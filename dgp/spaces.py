@@ -7,7 +7,10 @@ from torch import Tensor
 
 from dgp import checks
 from dgp.base import Space
-from dgp.registries import SPACES
+from dgp.registry import Registry
+
+SPACES = Registry("spaces")
+"""Latent spaces by name."""
 
 
 @SPACES.register("sphere")

@@ -1,47 +1,225 @@
-"""Building the run's components from config sections through the registries."""
+"""A run's components: checked and built from a config, saved in a checkpoint, loaded back from a run directory.
+
+:func:`check` is the one full check of a config: every key's type and range,
+then every component built cheaply (the process without its expensive draws,
+see :func:`dgp.check_process`; the encoder; the loss), the rules between them
+(:func:`check_fit`), and one loss evaluation on a three-row batch so that shape
+and batch-size problems surface here rather than at the first step. It runs in
+well under a second and writes nothing; ``icl train``, ``icl sweep
+check/run/submit`` and ``icl reproduce`` run it on every planned run first.
+
+:func:`build` makes the real components (the process's parameters drawn from
+the run's seed); :func:`load_run` makes them from a run directory's own files
+(``config.yaml``, ``dgp.pt``, ``checkpoint.pt``), reading only.
+"""
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 import dgp
-from dgp.checks import fail
-from dgp.registry import Registry, accepts_var_kwargs, user_options
-from identifiable_cl import encoders, losses  # noqa: F401  (registration)
-from identifiable_cl.registries import ENCODERS, LOSSES
+from dgp.checks import canonical, fail
+from dgp.seeding import stream_seed
+from identifiable_cl import rundir
+from identifiable_cl.config import merge_layer, validate
+from identifiable_cl.encoders import ENCODERS
+from identifiable_cl.losses import LOSSES
 
-_REGISTRY_OF: dict[str, tuple[Registry, frozenset[str]]] = {
-    "dgp.space": (dgp.SPACES, frozenset()),
-    "dgp.marginal": (dgp.MARGINALS, frozenset()),
-    "dgp.conditional": (dgp.CONDITIONALS, frozenset()),
-    "dgp.negatives": (dgp.NEGATIVES, frozenset()),
-    "dgp.mixing": (dgp.MIXINGS, frozenset()),
-    "encoder": (ENCODERS, frozenset({"input_dim", "latent_dim"})),
-    "loss": (LOSSES, frozenset({"dim"})),
-}
+RESUMABLE = ("train", "eval", "device", "wandb")
+"""Top-level config keys a resumed run may change."""
 
 
-def check_component(section: str, spec: Any) -> None:
-    """The component named in ``spec`` exists and accepts every option given (nothing is built)."""
-    registry, supplied = _REGISTRY_OF[section]
-    if not isinstance(spec, Mapping) or "name" not in spec:
-        fail(section, spec, "a mapping with a 'name' entry")
-    obj = registry.get(spec["name"], f"{section}.name")
-    allowed = user_options(obj, exclude=set(supplied))
-    for option in spec:
-        if option != "name" and option not in allowed and not accepts_var_kwargs(obj):
-            fail(
-                f"{section}.{option}",
-                spec[option],
-                f"unknown option for {section} {spec['name']!r}; allowed: {', '.join(allowed) or '(none)'}",
-            )
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → CUDA when present, else CPU; ``cuda`` without a GPU is an error naming the key."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        fail("device", name, "CUDA is not available on this machine; use auto or cpu")
+    return device
 
 
-def build_encoder(spec: Mapping[str, Any], input_dim: int, latent_dim: int) -> nn.Module:
-    return ENCODERS.build(spec, key="encoder", input_dim=input_dim, latent_dim=latent_dim)
+@dataclass
+class Components:
+    """Everything a run trains with, built from a checked config."""
+
+    config: dict[str, Any]
+    device: torch.device
+    process: dgp.Process
+    encoder: nn.Module
+    loss: nn.Module
+    optimizer: torch.optim.Optimizer
+    batches: torch.Generator
+    step: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def build_loss(spec: Mapping[str, Any], dim: int) -> nn.Module:
-    return LOSSES.build(spec, key="loss", dim=dim)
+def models(config: Mapping[str, Any], process: dgp.Process) -> tuple[nn.Module, nn.Module]:
+    """Encoder ``(N, n) -> (N, d)`` and loss on ``d``, initialised from the run's ``model`` stream."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(stream_seed(config["seed"], "model"))
+        encoder = ENCODERS.build(config["encoder"], key="encoder", input_dim=process.dim, latent_dim=process.dim)
+        loss = LOSSES.build(config["loss"], key="loss", dim=encoder.output_dim)
+    return encoder, loss
+
+
+def check_fit(config: Mapping[str, Any], encoder: nn.Module, loss: nn.Module) -> None:
+    """The rules between components: unit-norm outputs for a cosine critic, and the DGP's
+    separate negatives exactly when the loss uses them."""
+    if getattr(loss, "needs_unit_norm", False) and not getattr(encoder, "unit_norm", False):
+        fail(
+            "encoder.normalize",
+            config["encoder"].get("normalize"),
+            f"loss {config['loss']['name']!r} compares unit vectors (cosine similarity, or unit_norm) "
+            "and needs unit-norm outputs: use 'sphere'",
+        )
+    uses_negatives = getattr(loss, "requires_negatives", False)
+    negatives = config["dgp"]["negatives"]["name"]
+    if not uses_negatives and negatives != "none":
+        fail(
+            "dgp.negatives.name",
+            negatives,
+            f"loss {config['loss']['name']!r} does not use the DGP's separate negatives (set its "
+            f"negatives option to 'independent', or dgp.negatives.name to 'none')",
+        )
+    if uses_negatives and negatives == "none":
+        fail(
+            "dgp.negatives.name",
+            "none",
+            f"loss {config['loss']['name']!r} uses the DGP's separate negatives: set dgp.negatives.name "
+            f"to one of {', '.join(n for n in dgp.NEGATIVES.names() if n != 'none')}",
+        )
+
+
+def observations(batch: dgp.Batch, dim: int) -> Tensor:
+    """The rows x (B, D), x+ (B, D) and the negatives' x (B·K or M, D) stacked for one encoder pass."""
+    parts = [batch.x, batch.x_pos] + ([batch.x_neg.reshape(-1, dim)] if batch.x_neg is not None else [])
+    return torch.cat(parts)
+
+
+def split_encodings(h_all: Tensor, batch: dgp.Batch) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(h, h_pos, h_neg) back from the encodings of :func:`observations`' rows; h_neg in x_neg's shape."""
+    size = batch.x.shape[0]
+    h_neg = h_all[2 * size :].reshape(*batch.x_neg.shape[:-1], -1) if batch.x_neg is not None else None
+    return h_all[:size], h_all[size : 2 * size], h_neg
+
+
+def check(config: Mapping[str, Any]) -> None:
+    """Everything :func:`build` and the first training step would reject, as a ValueError naming the key.
+
+    Builds a checking process (:func:`dgp.check_process`), the encoder and the loss on the
+    CPU, applies :func:`check_fit`, then evaluates the loss once on ``min(batch_size, 3)``
+    anchors (a batch of one fails for losses that draw negatives from the batch).
+    """
+    validate(config)
+    process = dgp.check_process(config["dgp"], seed=config["seed"])
+    encoder, loss = models(config, process)
+    encoder, loss = encoder.to(process.dtype), loss.to(process.dtype)
+    check_fit(config, encoder, loss)
+    batch_size = config["train"]["batch_size"]
+    batch = process.sample(min(batch_size, 3), process.make_generator(0))
+    try:
+        with torch.no_grad():
+            loss(*split_encodings(encoder(observations(batch, process.dim)), batch))
+    except ValueError as exc:
+        if batch_size == 1:
+            fail("train.batch_size", 1, f"the loss needs at least 2 anchors per batch ({exc})")
+        raise
+
+
+def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Components:
+    """Check ``config`` (:func:`check`), then build process (unless given), encoder, loss and optimizer."""
+    config = copy.deepcopy(dict(config))
+    check(config)
+    device = resolve_device(config["device"])
+    if process is None:
+        process = dgp.build_process(config["dgp"], seed=config["seed"])
+    process = process.to(device)
+    encoder, loss = models(config, process)
+    check_fit(config, encoder, loss)
+    encoder = encoder.to(device=device, dtype=process.dtype)
+    loss = loss.to(device=device, dtype=process.dtype)
+    groups = [{"params": list(encoder.parameters()), "lr": config["optim"]["lr"], "name": "encoder"}]
+    for i, group in enumerate(loss.param_groups() if hasattr(loss, "param_groups") else [{"params": list(loss.parameters())}]):
+        if group["params"]:
+            groups.append({"params": group["params"], "lr": group.get("lr") or config["optim"]["loss_lr"], "name": f"loss{i}"})
+    optimizer = torch.optim.Adam(groups, weight_decay=config["optim"]["weight_decay"])
+    batches = process.make_generator(stream_seed(config["seed"], "train.batches"))
+    return Components(config, device, process, encoder, loss, optimizer, batches)
+
+
+def checkpoint_state(c: Components) -> dict[str, Any]:
+    """Tensors and plain containers only (loadable with ``torch.load(..., weights_only=True)``)."""
+    state = {
+        "step": c.step,
+        "encoder": c.encoder.state_dict(),
+        "loss": c.loss.state_dict(),
+        "optimizer": c.optimizer.state_dict(),
+        "rng": {"batches": c.batches.get_state(), "torch": torch.get_rng_state()},
+        "extra": c.extra,
+    }
+    if torch.cuda.is_available():
+        state["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore(c: Components, state: Mapping[str, Any]) -> None:
+    c.step = int(state["step"])
+    c.encoder.load_state_dict(state["encoder"])
+    c.loss.load_state_dict(state["loss"])
+    c.optimizer.load_state_dict(state["optimizer"])
+    c.batches.set_state(state["rng"]["batches"])
+    torch.set_rng_state(state["rng"]["torch"])
+    if "cuda" in state["rng"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    c.extra = dict(state.get("extra", {}))
+
+
+def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_checkpoint: bool = True) -> Components:
+    """The components of a saved run at its last checkpoint, from its own files; nothing is written.
+
+    The process is ``dgp.pt``'s (its saved parameters, never re-drawn), and must agree with
+    ``config.yaml``. ``overrides`` may change only the keys under :data:`RESUMABLE`. Every
+    problem (a missing, foreign, truncated or edited file) is a ValueError naming the file.
+    """
+    run_dir = Path(run_dir)
+    if not rundir.is_run_dir(run_dir):
+        raise ValueError(f"{str(run_dir)!r} is not a run directory (no {rundir.CONFIG} and {rundir.DGP})")
+    checkpoint = run_dir / rundir.CHECKPOINT
+    if need_checkpoint and not checkpoint.is_file():
+        raise ValueError(f"{str(run_dir)!r} has no {rundir.CHECKPOINT}: the run never reached its first step")
+    config = rundir.read_config(run_dir)
+    for key in overrides or {}:
+        if key.split(".")[0] not in RESUMABLE:
+            fail(key, overrides[key], "cannot be changed on resume; only train.*, eval.*, device and wandb.* can")
+    config = merge_layer(config, overrides or {}, "the command line")
+    try:
+        check(config)
+    except ValueError as exc:
+        raise ValueError(f"{run_dir / rundir.CONFIG}: {exc}") from exc
+    saved = rundir.load_torch(run_dir / rundir.DGP)
+    try:
+        process = dgp.load_process(saved)
+    except ValueError as exc:
+        raise ValueError(f"{run_dir / rundir.DGP}: {exc}") from exc
+    ours = canonical({"dgp": dgp.process.resolve_config(config["dgp"]), "seed": config["seed"]})
+    theirs = canonical({"dgp": process.config, "seed": process.seed})
+    if ours != theirs:
+        differing = sorted(k for k in set(ours["dgp"]) | {"seed"} if (ours["dgp"].get(k), ours.get(k)) != (theirs["dgp"].get(k), theirs.get(k)))
+        raise ValueError(
+            f"{run_dir / rundir.CONFIG} and {run_dir / rundir.DGP} describe different processes "
+            f"(dgp keys {', '.join(differing)} differ); restore the run's own config.yaml"
+        )
+    c = build(config, process=process)
+    if checkpoint.is_file():
+        try:
+            restore(c, rundir.load_torch(checkpoint))
+        except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+            raise ValueError(f"{checkpoint}: does not fit the run's config or is damaged ({exc})") from exc
+    return c

@@ -1,50 +1,28 @@
 """The run config: one documented, validated tree read from YAML and ``--dotted.key=value`` overrides.
 
+Every key is declared once, in :data:`SCHEMA`, with its default, type, allowed
+values and a one-line description; :data:`DEFAULTS`, the checks, ``icl train
+--help``'s key listing and this package's documentation all derive from it.
+Entries of kind :class:`Section` name a registered component (``dgp.space``,
+``encoder``, ``loss`` ...): their ``name`` picks it and its other keys are that
+component's own options, checked against its signature.
+
 Layers are merged in order: :data:`DEFAULTS`, the YAML file, then the
 command-line overrides (exactly the ``--key=value`` form a W&B sweep agent
-passes). Sections ``dgp``, ``encoder`` and ``loss`` name registered components
-and their options; when a layer changes a component's ``name`` the options of
+passes; ``key=value``, ``+key=value`` and ``++key=value``, the Hydra forms, are
+read the same way). When a layer changes a component's ``name`` the options of
 the previous component are dropped, so ``--loss.name=aninfonce`` never inherits
-InfoNCE's ``tau``. Validation runs before anything is built or written and
-every error names the offending key.
-
-Sections
---------
-seed
-    Root seed; every random stream of the run (DGP parameters, batches,
-    evaluation samples, model init) is derived from it by name.
-device
-    ``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:<i>``.
-dgp
-    The data-generating process, see :data:`dgp.process.DEFAULT_CONFIG`.
-encoder
-    A registered encoder (default ``mlp``, the reference architecture).
-loss
-    A registered loss (default symmetric cosine InfoNCE).
-optim
-    ``lr`` (encoder), ``loss_lr`` (loss parameters such as Λ̂ or τ; a loss's own
-    ``lr`` option wins), ``grad_clip`` (max gradient norm or null),
-    ``weight_decay``.
-train
-    ``steps``, ``batch_size``, ``log_every`` (loss logged every k steps),
-    ``eval_every`` (held-out evaluation every k steps; the last step is always
-    evaluated), ``checkpoint_every``, ``precision`` (``fp32``, or ``bf16``: the
-    encoder's forward pass under bfloat16 autocast, the loss and its reductions
-    in float32; worth it on GPUs and CPUs with AMX/AVX512-BF16 units only).
-eval
-    ``n_fit``/``n_test`` held-out samples for the periodic evaluation,
-    ``final_n_fit``/``final_n_test`` for the final one, ``nonlinear`` (also
-    nonlinear R²), ``in_sample`` (score on the fit sample, as the reference
-    codes do; off by default).
-wandb
-    ``project``, ``group``, ``name``, ``tags``, ``mode`` (null = from
-    ``WANDB_MODE``), used when the ``wandb`` extra is installed.
+InfoNCE's ``tau``. :func:`validate` checks every key's type and range;
+:func:`identifiable_cl.components.check` then builds every component cheaply and
+applies the rules between them, before anything is written.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -52,92 +30,158 @@ import yaml
 
 from dgp.checks import fail
 from dgp.process import DEFAULT_CONFIG as DGP_DEFAULTS
+from dgp.process import DTYPES
 
-DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "device": "auto",
-    "dgp": {
-        **copy.deepcopy(DGP_DEFAULTS),
-        "space": {"name": "box", "low": 0.0, "high": 1.0},
-        "marginal": {"name": "uniform"},
-        "conditional": {"name": "laplace", "scale": 0.1},
-    },
-    "encoder": {"name": "mlp", "widths": [256, 256, 256], "normalize": "none"},
-    "loss": {"name": "infonce", "similarity": "l1", "tau": 0.1},
-    "optim": {"lr": 2e-3, "loss_lr": 1e-3, "grad_clip": None, "weight_decay": 0.0},
-    "train": {
-        "steps": 3000, "batch_size": 512, "log_every": 50, "eval_every": 500, "checkpoint_every": 500,
-        "precision": "fp32",
-    },
-    "eval": {
-        "n_fit": 4096,
-        "n_test": 8192,
-        "final_n_fit": 20480,
-        "final_n_test": 40960,
-        "nonlinear": True,
-        "in_sample": False,
-    },
-    "wandb": {"project": "identifiable-cl", "group": None, "name": None, "tags": [], "mode": None},
+
+@dataclass(frozen=True)
+class Leaf:
+    """One config value: its default, type (``int``, ``float``, ``bool``, ``str``, ``list``; a trailing
+    ``?`` allows null), one-line description and allowed values.
+
+    ``minimum`` is inclusive and ``above`` exclusive; floats must be finite; ``choices`` lists the
+    allowed strings; ``pattern`` is a regular expression the whole string must match, described
+    by ``allowed``.
+    """
+
+    default: Any
+    kind: str
+    doc: str
+    minimum: float | None = None
+    above: float | None = None
+    choices: tuple[Any, ...] | None = None
+    pattern: str | None = None
+    allowed: str | None = None
+
+    def check(self, key: str, value: Any) -> None:
+        """A ValueError naming ``key``, ``value`` and what is allowed, unless ``value`` fits."""
+        kind = self.kind.rstrip("?")
+        if value is None and self.kind.endswith("?"):
+            return
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "bool": isinstance(value, bool),
+            "str": isinstance(value, str),
+            "list": isinstance(value, list),
+        }[kind]
+        if not ok:
+            fail(key, value, f"expected {'null or ' if self.kind.endswith('?') else ''}{kind}")
+        if kind == "float" and not math.isfinite(value):
+            fail(key, value, "must be a finite number")
+        if self.minimum is not None and value < self.minimum:
+            fail(key, value, f"must be >= {self.minimum:g}")
+        if self.above is not None and value <= self.above:
+            fail(key, value, f"must be > {self.above:g}" + (" or null" if self.kind.endswith("?") else ""))
+        if self.choices is not None and value not in self.choices:
+            fail(key, value, "allowed: " + ", ".join("null" if c is None else str(c) for c in self.choices))
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            fail(key, value, f"allowed: {self.allowed}")
+
+    def describe(self) -> str:
+        """The allowed values in words, for key listings."""
+        if self.choices is not None:
+            return " | ".join("null" if c is None else str(c) for c in self.choices)
+        if self.allowed is not None:
+            return self.allowed
+        bound = f" >= {self.minimum:g}" if self.minimum is not None else f" > {self.above:g}" if self.above is not None else ""
+        return f"{self.kind.rstrip('?')}{bound}" + (" or null" if self.kind.endswith("?") else "")
+
+
+@dataclass(frozen=True)
+class Section:
+    """A registered component: the default ``{"name": ..., **options}`` and what it is."""
+
+    default: dict[str, Any]
+    doc: str
+
+
+SCHEMA: dict[str, Leaf | Section] = {
+    "seed": Leaf(0, "int", "root seed; every random stream of the run is derived from it by name", minimum=0),
+    "device": Leaf("auto", "str", "auto (CUDA when present), cpu, cuda or cuda:<index>",
+                   pattern=r"auto|cpu|cuda(:\d+)?", allowed="auto, cpu, cuda, cuda:<index>"),
+    "dgp.dim": Leaf(DGP_DEFAULTS["dim"], "int", "number n of latent (and observed) dimensions", minimum=1),
+    "dgp.dtype": Leaf(DGP_DEFAULTS["dtype"], "str", "floating type of the process, encoder and loss",
+                      choices=tuple(DTYPES)),
+    "dgp.space": Section(DGP_DEFAULTS["space"], "latent space: sphere, box or euclidean"),
+    "dgp.marginal": Section(DGP_DEFAULTS["marginal"], "marginal p(z) of the latents"),
+    "dgp.conditional": Section(DGP_DEFAULTS["conditional"], "conditional p(z+ | z) of the positives"),
+    "dgp.negatives": Section(DGP_DEFAULTS["negatives"], "separate negatives (none: the loss uses the batch)"),
+    "dgp.mixing": Section(DGP_DEFAULTS["mixing"], "mixing g: observations x = g(z)"),
+    "encoder": Section({"name": "mlp", "widths": [256, 256, 256], "normalize": "none"},
+                       "encoder f: h = f(x); widths null is the reference architecture"),
+    "loss": Section({"name": "infonce", "similarity": "l1", "tau": 0.1}, "contrastive loss"),
+    "optim.lr": Leaf(2e-3, "float", "Adam learning rate of the encoder", above=0),
+    "optim.loss_lr": Leaf(1e-3, "float", "learning rate of the loss's parameters (Λ̂, τ); a loss's own lr wins", above=0),
+    "optim.grad_clip": Leaf(None, "float?", "maximum gradient norm, or null for none", above=0),
+    "optim.weight_decay": Leaf(0.0, "float", "Adam weight decay", minimum=0),
+    "train.steps": Leaf(3000, "int", "training steps", minimum=1),
+    "train.batch_size": Leaf(512, "int", "anchors per batch (each with its positive)", minimum=1),
+    "train.log_every": Leaf(50, "int", "log the mean loss every k steps", minimum=1),
+    "train.eval_every": Leaf(500, "int", "held-out evaluation every k steps (the last step always)", minimum=1),
+    "train.checkpoint_every": Leaf(500, "int", "checkpoint every k steps (the last step always)", minimum=1),
+    "train.precision": Leaf("fp32", "str", "fp32, or bf16: the encoder's forward pass under bfloat16 autocast "
+                            "(worth it on GPUs and CPUs with AMX/AVX512-BF16 units only)", choices=("fp32", "bf16")),
+    "train.loss_limit": Leaf(1e6, "float?", "stop when |loss| exceeds this (divergence); null: only NaN/inf stop",
+                             above=0),
+    "eval.n_fit": Leaf(4096, "int", "fit samples of the periodic held-out evaluation", minimum=2),
+    "eval.n_test": Leaf(8192, "int", "test samples of the periodic held-out evaluation", minimum=2),
+    "eval.final_n_fit": Leaf(20480, "int", "fit samples of the final evaluation and the identity baseline", minimum=2),
+    "eval.final_n_test": Leaf(40960, "int", "test samples of the final evaluation and the identity baseline", minimum=2),
+    "eval.nonlinear": Leaf(True, "bool", "also measure nonlinear R² (kernel ridge)"),
+    "eval.in_sample": Leaf(False, "bool", "score on the fit sample, as the reference codes do"),
+    "wandb.project": Leaf("identifiable-cl", "str?", "W&B project"),
+    "wandb.group": Leaf(None, "str?", "W&B group"),
+    "wandb.name": Leaf(None, "str?", "W&B run name"),
+    "wandb.tags": Leaf([], "list", "W&B tags"),
+    "wandb.mode": Leaf(None, "str?", "online, offline, disabled, shared, or null (from WANDB_MODE)",
+                       choices=(None, "online", "offline", "disabled", "shared")),
 }
-"""The default experiment (``icl train`` with no arguments), sized for about two minutes on 2 CPU cores.
+"""Every key of the run config, in the order of :data:`DEFAULTS`.
 
-Z21's box setting: uniform latents in [0, 1]^10, Laplace(0.1) positives, the
-3-layer invertible MLP, and InfoNCE with the matching L1 critic −‖a − b‖₁/τ,
-which identifies the latents up to permutation and sign (MCC → 1). The
-encoder is a smaller MLP ([256, 256, 256]) than the reference one
-(``encoder.widths: null``) so that it trains in minutes on a CPU.
+The default experiment (``icl train`` with no arguments) is sized for about two
+minutes on 2 CPU cores: Z21's box setting (uniform latents in [0, 1]^10,
+Laplace(0.1) positives, the 3-layer invertible MLP) and InfoNCE with the
+matching L1 critic −‖a − b‖₁/τ, which identifies the latents up to permutation
+and sign (MCC → 1); the encoder is a smaller MLP ([256, 256, 256]) than the
+reference one (``encoder.widths: null``) so that it trains in minutes.
 """
 
-PRECISIONS = ("fp32", "bf16")
-"""``train.precision``: float32 throughout, or the encoder's forward pass under bfloat16 autocast."""
-
-COMPONENT_SECTIONS = ("dgp.space", "dgp.marginal", "dgp.conditional", "dgp.negatives", "dgp.mixing", "encoder", "loss")
+LEAVES: dict[str, Leaf] = {k: v for k, v in SCHEMA.items() if isinstance(v, Leaf)}
+COMPONENT_SECTIONS = tuple(k for k, v in SCHEMA.items() if isinstance(v, Section))
 """Sections that name a registered component: their other keys are that component's options."""
-_SECTIONS = {"dgp", "optim", "train", "eval", "wandb", *COMPONENT_SECTIONS}
+PRECISIONS = LEAVES["train.precision"].choices
 
 
+def _tree(schema: Mapping[str, Leaf | Section]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for key, entry in schema.items():
+        *parents, last = key.split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = copy.deepcopy(entry.default)
+    return tree
 
-def _typed_leaves(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if path in COMPONENT_SECTIONS:
-            continue
-        if isinstance(value, Mapping):
-            out.update(_typed_leaves(value, path + "."))
+
+DEFAULTS: dict[str, Any] = _tree(SCHEMA)
+"""The default config, built from :data:`SCHEMA`."""
+_SECTIONS = {key.rsplit(".", 1)[0] for key in SCHEMA if "." in key} | set(COMPONENT_SECTIONS)
+
+
+def key_listing() -> str:
+    """Every config key with its default, allowed values and description (for ``icl train --help``)."""
+    lines = []
+    for key, entry in SCHEMA.items():
+        if isinstance(entry, Section):
+            default = ", ".join(f"{k}={v}" for k, v in entry.default.items())
+            lines.append(f"  {key}.name ...  [{default}]  {entry.doc}")
         else:
-            out[path] = value
-    return out
+            lines.append(f"  {key}={entry.default!r}  ({entry.describe()})  {entry.doc}")
+    return "\n".join(lines)
 
 
-_LEAF_TYPES: dict[str, str] = {
-    "seed": "int",
-    "device": "str",
-    "dgp.dim": "int",
-    "dgp.dtype": "str",
-    "optim.lr": "float",
-    "optim.loss_lr": "float",
-    "optim.grad_clip": "float?",
-    "optim.weight_decay": "float",
-    "train.steps": "int",
-    "train.batch_size": "int",
-    "train.log_every": "int",
-    "train.eval_every": "int",
-    "train.checkpoint_every": "int",
-    "train.precision": "str",
-    "eval.n_fit": "int",
-    "eval.n_test": "int",
-    "eval.final_n_fit": "int",
-    "eval.final_n_test": "int",
-    "eval.nonlinear": "bool",
-    "eval.in_sample": "bool",
-    "wandb.project": "str?",
-    "wandb.group": "str?",
-    "wandb.name": "str?",
-    "wandb.tags": "list",
-    "wandb.mode": "str?",
-}
-assert set(_LEAF_TYPES) == set(_typed_leaves(DEFAULTS)), "every default leaf has a declared type"
+OVERRIDE = re.compile(r"(?:--?|\+\+?)?([A-Za-z_][\w.\-]*)=(.*)", flags=re.S)
+"""A config override argument: ``--key=value``, ``-key=value``, ``key=value``, ``+key=value`` or ``++key=value``."""
 
 
 def parse_value(text: str) -> Any:
@@ -161,12 +205,20 @@ def parse_value(text: str) -> Any:
 
 
 def parse_overrides(args: Iterable[str]) -> dict[str, Any]:
-    """``["--loss.tau=0.1", ...]`` → ``{"loss.tau": 0.1, ...}``; the sweep agent's form."""
+    """``["--loss.tau=0.1", ...]`` → ``{"loss.tau": 0.1, ...}``.
+
+    Each argument is one of the forms of :data:`OVERRIDE`: ``--key=value`` (a sweep agent's
+    ``${args}``), ``key=value`` (``${args_no_hyphens}``), ``+key=value`` / ``++key=value``
+    (``${args_append_hydra}`` / ``${args_override_hydra}``).
+    """
     out: dict[str, Any] = {}
     for arg in args:
-        match = re.fullmatch(r"--?([A-Za-z_][\w.\-]*)=(.*)", arg, flags=re.S)
+        match = OVERRIDE.fullmatch(arg)
         if not match:
-            raise ValueError(f"cannot read the argument {arg!r}: overrides are written --dotted.key=value")
+            raise ValueError(
+                f"cannot read the argument {arg!r}: overrides are written --dotted.key=value "
+                "(or key=value, +key=value, ++key=value)"
+            )
         out[match.group(1)] = parse_value(match.group(2))
     return out
 
@@ -238,7 +290,7 @@ def merge_layer(config: dict[str, Any], layer: Mapping[str, Any], source: str) -
                 _set(merged, section, {"name": value})
     for key, value in flat.items():
         section = _component_prefix(key)
-        if section is None and key not in _LEAF_TYPES:
+        if section is None and key not in LEAVES:
             hint = suggest(key)
             fail(key, value, f"unknown config key (from {source}){hint}")
         if key in COMPONENT_SECTIONS:
@@ -253,53 +305,19 @@ def merge_layer(config: dict[str, Any], layer: Mapping[str, Any], source: str) -
 def suggest(key: str) -> str:
     import difflib
 
-    close = difflib.get_close_matches(key, list(_LEAF_TYPES) + [f"{s}.name" for s in COMPONENT_SECTIONS], n=3)
+    close = difflib.get_close_matches(key, list(LEAVES) + [f"{s}.name" for s in COMPONENT_SECTIONS], n=3)
     return f"; did you mean {', '.join(close)}?" if close else f"; top-level keys: {', '.join(DEFAULTS)}"
 
 
-def _check_type(key: str, value: Any, kind: str) -> None:
-    optional = kind.endswith("?")
-    kind = kind.rstrip("?")
-    if value is None and optional:
-        return
-    ok = {
-        "int": isinstance(value, int) and not isinstance(value, bool),
-        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-        "bool": isinstance(value, bool),
-        "str": isinstance(value, str),
-        "list": isinstance(value, list),
-    }[kind]
-    if not ok:
-        fail(key, value, f"expected {'null or ' if optional else ''}{kind}")
-
-
 def validate(config: Mapping[str, Any]) -> None:
-    """Check types, ranges and component names/options without building anything."""
-    from identifiable_cl.components import check_component  # registries are filled on import
-
-    for key, kind in _LEAF_TYPES.items():
-        _check_type(key, _get(config, key), kind)
-    for key in ("train.steps", "train.batch_size", "train.log_every", "train.eval_every", "train.checkpoint_every",
-                "eval.n_fit", "eval.n_test", "eval.final_n_fit", "eval.final_n_test"):
-        if _get(config, key) < 1:
-            fail(key, _get(config, key), "must be >= 1")
-    if config["seed"] < 0:
-        fail("seed", config["seed"], "must be >= 0")
-    for key in ("optim.lr", "optim.loss_lr"):
-        if _get(config, key) <= 0:
-            fail(key, _get(config, key), "must be > 0")
-    if config["optim"]["grad_clip"] is not None and config["optim"]["grad_clip"] <= 0:
-        fail("optim.grad_clip", config["optim"]["grad_clip"], "must be > 0 or null")
-    if config["optim"]["weight_decay"] < 0:
-        fail("optim.weight_decay", config["optim"]["weight_decay"], "must be >= 0")
-    if config["wandb"]["mode"] not in (None, "online", "offline", "disabled", "shared"):
-        fail("wandb.mode", config["wandb"]["mode"], "allowed: online, offline, disabled, shared, or null (from WANDB_MODE)")
-    if config["train"]["precision"] not in PRECISIONS:
-        fail("train.precision", config["train"]["precision"], f"allowed: {', '.join(PRECISIONS)}")
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", config["device"]):
-        fail("device", config["device"], "allowed: auto, cpu, cuda, cuda:<index>")
+    """Every key's type and range (see :data:`SCHEMA`); components are checked by
+    :func:`identifiable_cl.components.check`."""
+    for key, leaf in LEAVES.items():
+        leaf.check(key, _get(config, key))
     for section in COMPONENT_SECTIONS:
-        check_component(section, _get(config, section))
+        spec = _get(config, section)
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str):
+            fail(section, spec, "a mapping with a 'name' entry")
 
 
 PRESETS = Path(__file__).resolve().parent / "configs"
@@ -322,28 +340,45 @@ def resolve_config_path(path: str | Path) -> Path:
     )
 
 
+def read_layer(path: Path) -> Mapping[str, Any]:
+    """The mapping a YAML config file holds; a ValueError naming the file otherwise."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"config file {str(path)!r} cannot be read as text: {exc}") from exc
+    try:
+        layer = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
+    if layer is None:
+        raise ValueError(f"config file {str(path)!r} is empty: give at least one key (no file means the defaults)")
+    if not isinstance(layer, Mapping):
+        raise ValueError(f"config file {str(path)!r} must hold a mapping, not {type(layer).__name__}")
+    return layer
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> dict[str, Any]:
-    """The resolved, validated config: defaults ← YAML file (or preset) ← overrides."""
+    """The resolved, fully checked config: defaults ← YAML file (or preset) ← overrides.
+
+    Checked by :func:`validate` and :func:`identifiable_cl.components.check`, so a config
+    this returns builds and trains.
+    """
+    from identifiable_cl.components import check
+
     config = copy.deepcopy(DEFAULTS)
     if path is not None:
         path = resolve_config_path(path)
-        try:
-            layer = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
-        if not isinstance(layer, Mapping):
-            raise ValueError(f"config file {str(path)!r} must hold a mapping, not {type(layer).__name__}")
-        config = merge_layer(config, layer, str(path))
+        config = merge_layer(config, read_layer(path), str(path))
     if not isinstance(overrides, Mapping):
         overrides = parse_overrides(overrides)
     config = merge_layer(config, overrides, "the command line")
-    validate(config)
+    check(config)
     return config
 
 
 def fill_new_keys(config: dict[str, Any]) -> dict[str, Any]:
     """Add the default of every non-component key missing from ``config`` (a run saved before the key existed)."""
-    for key in _LEAF_TYPES:
+    for key in LEAVES:
         parts = key.split(".")
         node = config
         for part in parts[:-1]:

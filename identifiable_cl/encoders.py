@@ -1,6 +1,6 @@
 """Encoders f: x -> h. The default is the reference MLP of Z21/vK21/R24 (REFERENCE §2).
 
-An encoder is registered in :data:`identifiable_cl.registries.ENCODERS` and
+An encoder is registered in :data:`ENCODERS` and
 constructed as ``cls(*, input_dim, latent_dim, **options)``: the caller supplies
 the observation dimension and the true latent dimension, the config the options.
 Its ``output_dim`` attribute is the dimension of h.
@@ -13,7 +13,10 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from dgp import checks
-from identifiable_cl.registries import ENCODERS
+from dgp.registry import Registry
+
+ENCODERS = Registry("encoders")
+"""Encoders by name."""
 
 ACTIVATIONS = {
     "leaky_relu": lambda slope: nn.LeakyReLU(slope),

@@ -22,15 +22,9 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from identifiable_cl.training import (
-    Components,
-    NonFiniteLoss,
-    Trainer,
-    clip_and_step,
-    observations,
-    precision,
-    split_encodings,
-)
+from identifiable_cl.components import Components, observations, split_encodings
+from identifiable_cl.training import NonFiniteLoss, Trainer, clip_and_step, precision
+
 
 def pack_key(config: Mapping[str, Any]) -> tuple:
     """What must agree between runs of one pack (see the module docstring)."""

@@ -15,9 +15,7 @@ canvas, so no display and no global pyplot state is involved.
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -159,27 +157,3 @@ def draw_figures(run_dir: str | Path) -> dict[str, Path]:
         paths[name] = out / f"{name}.png"
         fig.savefig(paths[name], dpi=110)
     return paths
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-    for run_dir in args.run_dirs:
-        try:
-            figures = draw_figures(run_dir)
-        except ModuleNotFoundError as exc:
-            print(f"icl plot: {exc}", file=sys.stderr)
-            return 2
-        for name, path in figures.items():
-            print(f"{name}: {path}")
-    return 0
-
-
-def add_plot_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``plot`` to the ``icl`` subcommands."""
-    p = subparsers.add_parser(
-        "plot",
-        help="redraw a run's figures (latent recovery, R²/MCC over steps, learned vs true Λ)",
-        description="Draw PNG figures into RUN_DIR/figures from the run's own files.",
-    )
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories of `icl train`")
-    p.set_defaults(func=cmd_plot)
-    return p

@@ -9,14 +9,17 @@
       checkpoint.pt   encoder, loss, optimizer, RNG states, step
       metrics.jsonl   one record per logging/evaluation step
       summary.json    final metrics (written last: its presence marks a finished run)
+      stopped.json    why and when a diverged run stopped (instead of summary.json)
       readout.npz     true vs linearly read-out latents of the final evaluation
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
+import pickle
 import platform
 import socket
 import subprocess
@@ -41,18 +44,43 @@ CONFIG, META, DGP, CHECKPOINT, METRICS, SUMMARY, READOUT = (
     "summary.json",
     "readout.npz",
 )
+STOPPED = "stopped.json"
+"""Written when the loss diverged: reason, step range and the step of the checkpoint kept."""
+EVALUATION = "evaluation.json"
+"""Written by ``icl evaluate``: the saved encoder re-evaluated at the final sample sizes."""
+TMP_SUFFIX = ".tmp"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _atomic(path: Path, write) -> None:
+    """Write through ``write(tmp)`` to a temporary file beside ``path``, then rename it into place.
+
+    The file gets the permissions of any newly created file (0666 less the umask), not
+    ``mkstemp``'s private 0600, so the people who can read a run's other files can read it.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
     os.close(fd)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())
         write(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_stale_temporaries(run_dir: Path) -> list[Path]:
+    """Delete the temporary files an interrupted atomic write left in ``run_dir``; returns them."""
+    stale = sorted(Path(run_dir).glob(f".*{TMP_SUFFIX}"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def _jsonable(value: Any) -> Any:
@@ -76,7 +104,14 @@ def write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
+    """A JSON object from ``path``; a ValueError naming the file if it is unreadable or not an object."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read as JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
 
 
 def save_torch(path: Path, obj: Any) -> None:
@@ -92,7 +127,19 @@ def save_npz(path: Path, **arrays: Any) -> None:
 
 
 def load_torch(path: Path) -> Any:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """A file written by :func:`save_torch`, read with ``weights_only=True``: tensors and plain
+    containers only, so a crafted file cannot run code. Every failure is a ValueError naming it."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ValueError(
+            f"{path}: refused, it holds objects other than tensors and plain containers, so loading it "
+            "could run code; run files written by identifiable-cl never do"
+        ) from exc
+    except FileNotFoundError as exc:
+        raise ValueError(f"{path}: missing") from exc
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        raise ValueError(f"{path}: truncated or not a torch file ({exc})") from exc
 
 
 def write_config(run_dir: Path, config: Mapping[str, Any]) -> None:
@@ -101,9 +148,9 @@ def write_config(run_dir: Path, config: Mapping[str, Any]) -> None:
 
 def read_config(run_dir: Path) -> dict[str, Any]:
     """The run's saved config, with the defaults of keys added since it was saved."""
-    from identifiable_cl.config import fill_new_keys
+    from identifiable_cl.config import fill_new_keys, read_layer
 
-    return fill_new_keys(yaml.safe_load((Path(run_dir) / CONFIG).read_text()))
+    return fill_new_keys(copy.deepcopy(dict(read_layer(Path(run_dir) / CONFIG))))
 
 
 def append_metrics(run_dir: Path, records: Iterable[Mapping[str, Any]]) -> None:
@@ -117,7 +164,24 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read ({exc})") from exc
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):  # the last line of a run killed while appending
+                break
+            raise ValueError(f"{path}: line {number} is not JSON ({exc})") from exc
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise ValueError(f"{path}: line {number} is not a metrics record with an integer 'step'")
+        records.append(record)
+    return records
 
 
 def truncate_metrics(run_dir: Path, last_step: int) -> None:

@@ -14,10 +14,8 @@ uninterrupted one).
 
 from __future__ import annotations
 
-import copy
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -25,86 +23,19 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-import dgp
-from dgp.checks import fail
 from dgp.seeding import stream_seed
 from identifiable_cl import __version__, rundir
-from identifiable_cl.components import build_encoder, build_loss
+from identifiable_cl.components import Components, build, checkpoint_state, load_run, observations, split_encodings
 from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recovery, linear_readout
 from identifiable_cl.tracking import Tracker, open_tracker
 
 
 class NonFiniteLoss(RuntimeError):
-    """The loss became NaN or inf; the last good checkpoint is kept."""
+    """The loss became NaN or inf, or exceeded ``train.loss_limit``; the last good checkpoint is kept."""
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` → CUDA when present, else CPU; ``cuda`` without a GPU is an error naming the key."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        fail("device", name, "CUDA is not available on this machine; use auto or cpu")
-    return device
-
-
-@dataclass
-class Components:
-    """Everything a run trains with, built from a validated config."""
-
-    config: dict[str, Any]
-    device: torch.device
-    process: dgp.Process
-    encoder: nn.Module
-    loss: nn.Module
-    optimizer: torch.optim.Optimizer
-    batches: torch.Generator
-    step: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Components:
-    """Build process, encoder, loss and optimizer; check that they fit together."""
-    config = copy.deepcopy(dict(config))
-    device = resolve_device(config["device"])
-    seed = config["seed"]
-    if process is None:
-        process = dgp.build_process(config["dgp"], seed=seed)
-    process = process.to(device)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(stream_seed(seed, "model"))
-        encoder = build_encoder(config["encoder"], process.dim, process.dim)
-        loss = build_loss(config["loss"], encoder.output_dim)
-    encoder = encoder.to(device=device, dtype=process.dtype)
-    loss = loss.to(device=device, dtype=process.dtype)
-    if getattr(loss, "needs_unit_norm", False) and not getattr(encoder, "unit_norm", False):
-        fail(
-            "encoder.normalize",
-            config["encoder"].get("normalize"),
-            f"loss {config['loss']['name']!r} with cosine similarity needs unit-norm outputs: use 'sphere'",
-        )
-    uses_negatives = getattr(loss, "requires_negatives", False)
-    if not uses_negatives and config["dgp"]["negatives"]["name"] != "none":
-        fail(
-            "dgp.negatives.name",
-            config["dgp"]["negatives"]["name"],
-            f"loss {config['loss']['name']!r} does not use the DGP's separate negatives (set its "
-            f"negatives option to 'independent', or dgp.negatives.name to 'none')",
-        )
-    if uses_negatives and config["dgp"]["negatives"]["name"] == "none":
-        fail(
-            "dgp.negatives.name",
-            "none",
-            f"loss {config['loss']['name']!r} uses the DGP's separate negatives: set dgp.negatives.name "
-            f"to one of {', '.join(n for n in dgp.NEGATIVES.names() if n != 'none')}",
-        )
-    groups = [{"params": list(encoder.parameters()), "lr": config["optim"]["lr"], "name": "encoder"}]
-    for i, group in enumerate(loss.param_groups() if hasattr(loss, "param_groups") else [{"params": list(loss.parameters())}]):
-        if group["params"]:
-            groups.append({"params": group["params"], "lr": group.get("lr") or config["optim"]["loss_lr"], "name": f"loss{i}"})
-    optimizer = torch.optim.Adam(groups, weight_decay=config["optim"]["weight_decay"])
-    batches = process.make_generator(stream_seed(seed, "train.batches"))
-    return Components(config, device, process, encoder, loss, optimizer, batches)
+class Interrupted(Exception):
+    """Ctrl-C (or SIGINT) during a run: its message says what was kept and how to continue."""
 
 
 def train_step(c: Components) -> Tensor:
@@ -121,19 +52,6 @@ def train_step(c: Components) -> Tensor:
     loss.backward()
     clip_and_step(c)
     return loss.detach()
-
-
-def observations(batch: dgp.Batch, dim: int) -> Tensor:
-    """The rows x (B, D), x+ (B, D) and the negatives' x (B·K or M, D) stacked for one encoder pass."""
-    parts = [batch.x, batch.x_pos] + ([batch.x_neg.reshape(-1, dim)] if batch.x_neg is not None else [])
-    return torch.cat(parts)
-
-
-def split_encodings(h_all: Tensor, batch: dgp.Batch) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(h, h_pos, h_neg) back from the encodings of :func:`observations`' rows; h_neg in x_neg's shape."""
-    size = batch.x.shape[0]
-    h_neg = h_all[2 * size :].reshape(*batch.x_neg.shape[:-1], -1) if batch.x_neg is not None else None
-    return h_all[:size], h_all[size : 2 * size], h_neg
 
 
 def precision(c: Components) -> torch.autocast:
@@ -193,32 +111,6 @@ def loss_metrics(c: Components, metrics: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def checkpoint_state(c: Components) -> dict[str, Any]:
-    state = {
-        "step": c.step,
-        "encoder": c.encoder.state_dict(),
-        "loss": c.loss.state_dict(),
-        "optimizer": c.optimizer.state_dict(),
-        "rng": {"batches": c.batches.get_state(), "torch": torch.get_rng_state()},
-        "extra": c.extra,
-    }
-    if torch.cuda.is_available():
-        state["rng"]["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore(c: Components, state: Mapping[str, Any]) -> None:
-    c.step = int(state["step"])
-    c.encoder.load_state_dict(state["encoder"])
-    c.loss.load_state_dict(state["loss"])
-    c.optimizer.load_state_dict(state["optimizer"])
-    c.batches.set_state(state["rng"]["batches"])
-    torch.set_rng_state(state["rng"]["torch"])
-    if "cuda" in state["rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-    c.extra = dict(state.get("extra", {}))
-
-
 def draw_figures_if_possible(run_dir: Path) -> dict[str, Path]:
     """The run's figures as PNG files, or none when matplotlib (the ``plots`` extra) is missing."""
     from identifiable_cl.plots import draw_figures
@@ -239,6 +131,7 @@ class Trainer:
         self.tracker: Tracker = Tracker()
         self.wandb_id: str | None = None
         """The W&B run id of a packed run (alone, ``WANDB_RUN_ID`` or W&B chooses)."""
+        self.checkpoint_step: int | None = c.step if (self.run_dir / rundir.CHECKPOINT).exists() else None
 
     @classmethod
     def create(cls, config: Mapping[str, Any], run_dir: Path, progress: bool | None = None,
@@ -258,30 +151,23 @@ class Trainer:
     def resume(cls, run_dir: Path, overrides: Mapping[str, Any] | None = None, progress: bool | None = None) -> "Trainer":
         """Continue a saved run exactly where its last checkpoint left it.
 
-        Only ``train.*``, ``eval.*``, ``device`` and ``wandb.*`` may be overridden.
+        Only ``train.*``, ``eval.*``, ``device`` and ``wandb.*`` may be overridden. Everything is
+        loaded and checked (:func:`identifiable_cl.components.load_run`) before the run
+        directory changes: then the metrics after the checkpoint, the summary and stale
+        temporary files are removed and the config is rewritten.
         """
-        from identifiable_cl.config import merge_layer, validate
-
         run_dir = Path(run_dir)
-        if not rundir.is_run_dir(run_dir):
-            raise ValueError(f"--resume {str(run_dir)!r}: not a run directory (no {rundir.CONFIG} and {rundir.DGP})")
-        config = rundir.read_config(run_dir)
-        for key in overrides or {}:
-            if key.split(".")[0] not in ("train", "eval", "device", "wandb"):
-                fail(key, overrides[key], "cannot be changed on resume; only train.*, eval.*, device and wandb.* can")
-        config = merge_layer(config, overrides or {}, "the command line")
-        validate(config)
-        process = dgp.load_process(rundir.load_torch(run_dir / rundir.DGP))
-        c = build(config, process=process)
-        if (run_dir / rundir.CHECKPOINT).exists():
-            restore(c, rundir.load_torch(run_dir / rundir.CHECKPOINT))
+        c = load_run(run_dir, overrides, need_checkpoint=False)
+        rundir.remove_stale_temporaries(run_dir)
         rundir.truncate_metrics(run_dir, c.step)
         rundir.write_config(run_dir, c.config)
-        (run_dir / rundir.SUMMARY).unlink(missing_ok=True)
+        for name in (rundir.SUMMARY, rundir.STOPPED):
+            (run_dir / name).unlink(missing_ok=True)
         return cls(c, run_dir, progress=progress)
 
     def save_checkpoint(self) -> None:
         rundir.save_torch(self.run_dir / rundir.CHECKPOINT, checkpoint_state(self.c))
+        self.checkpoint_step = self.c.step
 
     def record(self, record: dict[str, Any]) -> None:
         rundir.append_metrics(self.run_dir, [record])
@@ -294,11 +180,21 @@ class Trainer:
             while not self.done:
                 self.after_step(train_step(self.c))
             summary = self.end()
+        except KeyboardInterrupt:
+            self.close(None)
+            raise Interrupted(self.interrupted_message()) from None
         except BaseException:
             self.close(None)
             raise
         self.close(summary)
         return summary
+
+    def interrupted_message(self) -> str:
+        """What an interruption kept, and the command that continues the run."""
+        kept = (f"the checkpoint of step {self.checkpoint_step} is kept" if self.checkpoint_step is not None
+                else "no checkpoint was written yet")
+        return (f"interrupted at step {self.c.step} of {self.c.config['train']['steps']}; {kept} in {self.run_dir}; "
+                f"continue with: icl train --resume {self.run_dir}")
 
     def open(self, shared: bool = False) -> None:
         """Start the tracker (W&B) of this run (``shared``: beside other runs of this process)."""
@@ -341,7 +237,8 @@ class Trainer:
         c, t = self.c, self.c.config["train"]
         c.step += 1
         self._running += loss
-        self._finite &= torch.isfinite(loss)
+        limit = t["loss_limit"]
+        self._finite &= torch.isfinite(loss) if limit is None else loss.abs() <= limit  # NaN fails both
         self._count += 1
         log_now = c.step % t["log_every"] == 0
         eval_now = c.step % t["eval_every"] == 0 or c.step == t["steps"]
@@ -349,10 +246,7 @@ class Trainer:
         if log_now or eval_now or ckpt_now:
             if not bool(self._finite):
                 self._bar.close()
-                raise NonFiniteLoss(
-                    f"the loss became NaN or inf between steps {c.step - self._count + 1} and {c.step}; stopped. "
-                    f"The last good checkpoint in {self.run_dir} is kept (try a lower optim.lr or optim.grad_clip)."
-                )
+                self.stop(c.step - self._count + 1)
             record: dict[str, Any] = {"step": c.step, "loss": self._running.item() / self._count}
             self._running.zero_()
             self._count = 0
@@ -370,6 +264,19 @@ class Trainer:
             if ckpt_now:
                 self.save_checkpoint()
         self._bar.update(1)
+
+    def stop(self, first: int) -> None:
+        """The loss diverged between step ``first`` and now: record it in ``stopped.json``, raise NonFiniteLoss."""
+        c, limit = self.c, self.c.config["train"]["loss_limit"]
+        what = "NaN or inf" if limit is None else f"NaN, inf or larger in magnitude than train.loss_limit={limit:g}"
+        reason = f"the loss became {what} between steps {first} and {c.step}"
+        rundir.write_json(self.run_dir / rundir.STOPPED, {
+            "reason": reason, "first_step": first, "last_step": c.step, "checkpoint_step": self.checkpoint_step,
+        })
+        raise NonFiniteLoss(
+            f"{reason}; stopped. The last good checkpoint (step {self.checkpoint_step}) in {self.run_dir} is kept "
+            "(try a lower optim.lr or optim.grad_clip)."
+        )
 
     def end(self) -> dict[str, Any]:
         """After the last step: final checkpoint, summary, readout; returns the summary."""
@@ -405,3 +312,12 @@ class Trainer:
         generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.readout"))
         z, z_hat, per_dim = linear_readout(encode_fn(self.c.encoder), self.c.process, generator, n_fit=4096, n_test=2048)
         rundir.save_npz(self.run_dir / rundir.READOUT, z=z, z_hat=z_hat, r2_per_dim=per_dim)
+
+
+def evaluate_run(run_dir: Path) -> dict[str, Any]:
+    """Final-size held-out metrics of a saved run's encoder beside the identity baseline (nothing is written)."""
+    c = load_run(run_dir)
+    trainer = Trainer(c, Path(run_dir), progress=False)
+    c.extra.setdefault("wall_s", 0.0)
+    c.extra.setdefault("steps_timed", 0)
+    return trainer.summarize(evaluation(c, final=True), trainer.identity())

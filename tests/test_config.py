@@ -16,7 +16,7 @@ def test_overrides_parse_like_a_sweep_agent():
 
 def test_yaml_then_overrides(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("seed: 4\ntrain:\n  steps: 7\ndgp:\n  conditional: {name: vmf, kappa: 3.0}\n")
+    path.write_text("seed: 4\ntrain:\n  steps: 7\ndgp:\n  space: sphere\n  conditional: {name: vmf, kappa: 3.0}\n")
     config = load_config(path, ["--train.steps=9", "--dgp.conditional.kappa=5"])
     assert config["seed"] == 4 and config["train"]["steps"] == 9
     assert config["dgp"]["conditional"] == {"name": "vmf", "kappa": 5}

@@ -8,7 +8,8 @@ import torch
 from identifiable_cl import rundir
 from identifiable_cl.cli import main
 from identifiable_cl.packing import check_packable, pack_key, run_packed
-from identifiable_cl.training import NonFiniteLoss, Trainer, build
+from identifiable_cl.components import build
+from identifiable_cl.training import NonFiniteLoss, Trainer
 from tests.test_training import TINY, tiny_config
 
 @pytest.fixture(autouse=True)

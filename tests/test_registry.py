@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 
-from dgp.registry import Registry
+from dgp.registry import Registry, accepts_var_kwargs, user_options
 
 
 def test_register_get_and_origin():
@@ -36,7 +36,7 @@ def test_unknown_option_names_the_key_and_allowed():
         def __init__(self, *, kappa: float = 1.0):
             pass
 
-    with pytest.raises(ValueError, match=r"dgp.conditional: unknown option\(s\) 'kapa'.*allowed: kappa"):
+    with pytest.raises(ValueError, match=r"dgp\.conditional\.kapa: unknown option\(s\) for .*allowed: kappa"):
         reg.build({"name": "t", "kapa": 2}, key="dgp.conditional")
 
 
@@ -89,3 +89,24 @@ def test_entry_point_from_separate_distribution(tmp_path, monkeypatch):
     finally:
         dgp.CONDITIONALS._entries.pop("jitter", None)
         sys.modules.pop("icl_test_plugin", None)
+
+
+def test_options_are_collected_along_the_class_hierarchy():
+    from identifiable_cl.losses import LOSSES
+    from identifiable_cl.losses.hard_negative import HardNegativeInfoNCE
+    from identifiable_cl.losses.infonce import InfoNCE
+
+    assert set(user_options(InfoNCE)) < set(user_options(HardNegativeInfoNCE))
+    assert set(user_options(HardNegativeInfoNCE)) - set(user_options(InfoNCE)) == {"beta", "tau_plus"}
+    assert not accepts_var_kwargs(HardNegativeInfoNCE)
+    with pytest.raises(ValueError, match=r"loss\.bta: unknown option.*allowed: beta, tau_plus, similarity, tau, learn_tau"):
+        LOSSES.build({"name": "hard_negative", "bta": 1.0}, key="loss", dim=3)
+    loss = LOSSES.build({"name": "hard_negative", "beta": 0.5, "tau": 0.2}, key="loss", dim=3)
+    assert loss.beta == 0.5 and float(loss.temperature.value()) == pytest.approx(0.2)
+
+
+def test_a_function_with_var_keywords_accepts_any_option():
+    def make(*, dim, **options):
+        return options
+
+    assert user_options(make) == ["dim"] and accepts_var_kwargs(make)

@@ -23,7 +23,7 @@ from identifiable_cl.reproduce.experiment import (
     parse_experiment,
 )
 from identifiable_cl.reproduce.report import RunResults, table
-from identifiable_cl.results import Run
+from identifiable_cl.aggregate import Run
 from identifiable_cl.sweeps.spec import load_sweep
 
 PAPERS = ("zimmermann2021", "vonkugelgen2021", "rusak2024")

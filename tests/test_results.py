@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from identifiable_cl.cli import main
-from identifiable_cl.results import results
+from identifiable_cl.aggregate import results
 from identifiable_cl.sweeps.local import write_params
 
 R2 = {("infonce", 0): 0.91, ("infonce", 1): 0.95, ("infonce", 2): 0.93, ("aninfonce", 0): 0.99, ("aninfonce", 1): 0.97}

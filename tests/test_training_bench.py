@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from identifiable_cl import bench
+from identifiable_cl.benchmarks import sections as bench
 from identifiable_cl.losses import InfoNCE
 
 

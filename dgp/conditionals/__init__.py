@@ -1,3 +1,8 @@
-"""Positive conditionals p(z+ | z); importing this package registers them all."""
+"""Positive conditionals p(z+ | z), registered by name in :data:`CONDITIONALS`; importing this package fills it."""
 
-from dgp.conditionals import anisotropic, isotropic, vmf  # noqa: F401
+from dgp.registry import Registry
+
+CONDITIONALS = Registry("conditionals")
+"""Positive conditionals by name (the content-style one lives in :mod:`dgp.content_style`)."""
+
+from dgp.conditionals import anisotropic, isotropic, vmf  # noqa: E402,F401  (registration)

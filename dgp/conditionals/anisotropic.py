@@ -25,7 +25,7 @@ from torch import Tensor
 
 from dgp import checks
 from dgp.base import Conditional, Space
-from dgp.registries import CONDITIONALS
+from dgp.conditionals import CONDITIONALS
 from dgp.spaces import Box, Euclidean, Sphere
 from dgp.truncation import truncated_normal
 

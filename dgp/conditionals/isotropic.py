@@ -16,7 +16,7 @@ from torch import Tensor
 
 from dgp import checks, truncation
 from dgp.base import Conditional
-from dgp.registries import CONDITIONALS
+from dgp.conditionals import CONDITIONALS
 from dgp.spaces import Box, Sphere
 
 DEFAULT_SCALE = 0.05

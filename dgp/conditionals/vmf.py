@@ -11,7 +11,7 @@ from torch import Tensor
 
 from dgp import checks
 from dgp.base import Conditional
-from dgp.registries import CONDITIONALS
+from dgp.conditionals import CONDITIONALS
 from dgp.spaces import Sphere
 
 _MAX_ROUNDS = 10_000

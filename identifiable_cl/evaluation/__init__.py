@@ -11,7 +11,7 @@ from identifiable_cl.evaluation.blocks import block_aware_mcc, block_r2, split_b
 from identifiable_cl.evaluation.lambdas import lambda_recovery
 from identifiable_cl.evaluation.mcc import correlation_matrix, mcc
 from identifiable_cl.evaluation.regression import linear_r2, nonlinear_r2
-from identifiable_cl.evaluation.results import (
+from identifiable_cl.evaluation.records import (
     BlockMCCResult,
     KernelR2Result,
     MCCResult,

@@ -27,7 +27,7 @@ from identifiable_cl.evaluation import _inputs
 from identifiable_cl.evaluation.lstsq import GRAM_CUTOFF, symmetric_eig
 from identifiable_cl.evaluation.mcc import pearson_matrix
 from identifiable_cl.evaluation.regression import linear_r2, nonlinear_r2
-from identifiable_cl.evaluation.results import BlockMCCResult, R2Result
+from identifiable_cl.evaluation.records import BlockMCCResult, R2Result
 
 
 def check_blocks(blocks: Mapping[str, Sequence[int]], dim: int, key: str = "blocks") -> dict[str, list[int]]:

@@ -16,7 +16,7 @@ from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
 from identifiable_cl.evaluation import _inputs
-from identifiable_cl.evaluation.results import MCCResult
+from identifiable_cl.evaluation.records import MCCResult
 
 METHODS = ("pearson", "spearman")
 

@@ -17,7 +17,7 @@ from torch import Tensor
 from identifiable_cl.evaluation import _inputs
 from identifiable_cl.evaluation.kernel_ridge import NystromRidge
 from identifiable_cl.evaluation.lstsq import least_squares
-from identifiable_cl.evaluation.results import KernelR2Result, R2Result
+from identifiable_cl.evaluation.records import KernelR2Result, R2Result
 
 RIDGES = tuple(10.0 ** (-k / 2) for k in range(-2, 21))
 BANDWIDTH_FACTORS = (0.5, 1.0, 2.0)

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import torch
 
 from identifiable_cl.evaluation import _inputs
-from identifiable_cl.evaluation.results import SpectrumResult
+from identifiable_cl.evaluation.records import SpectrumResult
 
 
 def effective_rank(singular_values: Sequence[float]) -> float:

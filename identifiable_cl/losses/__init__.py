@@ -1,14 +1,19 @@
-"""Contrastive losses, registered by name in ``identifiable_cl.registries.LOSSES``.
+"""Contrastive losses, registered by name in :data:`LOSSES`.
 
 ``infonce``, ``aninfonce``, ``hard_negative`` and ``ensemble``; see each module for the
 equation it implements and ``base`` for the negative sets and reductions.
 """
 
-from identifiable_cl.losses import aninfonce, blocked, ensemble, hard_negative, infonce, native  # noqa: F401
-from identifiable_cl.losses.aninfonce import AnInfoNCE
-from identifiable_cl.losses.base import ContrastiveLoss
-from identifiable_cl.losses.ensemble import Ensemble
-from identifiable_cl.losses.hard_negative import HardNegativeInfoNCE
-from identifiable_cl.losses.infonce import InfoNCE
+from dgp.registry import Registry
 
-__all__ = ["AnInfoNCE", "ContrastiveLoss", "Ensemble", "HardNegativeInfoNCE", "InfoNCE"]
+LOSSES = Registry("losses")
+"""Losses by name."""
+
+from identifiable_cl.losses import aninfonce, blocked, ensemble, hard_negative, infonce, native  # noqa: E402,F401
+from identifiable_cl.losses.aninfonce import AnInfoNCE  # noqa: E402
+from identifiable_cl.losses.base import ContrastiveLoss  # noqa: E402
+from identifiable_cl.losses.ensemble import Ensemble  # noqa: E402
+from identifiable_cl.losses.hard_negative import HardNegativeInfoNCE  # noqa: E402
+from identifiable_cl.losses.infonce import InfoNCE  # noqa: E402
+
+__all__ = ["LOSSES", "AnInfoNCE", "ContrastiveLoss", "Ensemble", "HardNegativeInfoNCE", "InfoNCE"]

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from dgp import checks
 from identifiable_cl.losses.base import ContrastiveLoss, check_dim, check_lr, key_scope, option_key
-from identifiable_cl.registries import LOSSES
+from identifiable_cl.losses import LOSSES
 
 
 def projection_head(dim: int, widths: Sequence[int]) -> nn.Sequential:

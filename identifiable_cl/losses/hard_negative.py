@@ -10,7 +10,7 @@ from torch import Tensor
 from dgp import checks
 from identifiable_cl.losses.base import contrastive_loss, option_key
 from identifiable_cl.losses.infonce import InfoNCE
-from identifiable_cl.registries import LOSSES
+from identifiable_cl.losses import LOSSES
 
 
 @LOSSES.register("hard_negative")
@@ -34,28 +34,8 @@ class HardNegativeInfoNCE(InfoNCE):
         tau_plus: debiasing prior τ⁺ in [0, 1); 0 turns debiasing off.
     """
 
-    def __init__(
-        self,
-        *,
-        dim: int,
-        beta: float = 1.0,
-        tau_plus: float = 0.0,
-        similarity: str = "cosine",
-        tau: float = 1.0,
-        learn_tau: bool = False,
-        negatives: str = "symmetric",
-        reduction: str = "logsumexp",
-        lr: float | None = None,
-    ):
-        super().__init__(
-            dim=dim,
-            similarity=similarity,
-            tau=tau,
-            learn_tau=learn_tau,
-            negatives=negatives,
-            reduction=reduction,
-            lr=lr,
-        )
+    def __init__(self, *, beta: float = 1.0, tau_plus: float = 0.0, **options):
+        super().__init__(**options)
         self.beta = checks.non_negative(option_key("beta"), beta)
         self.tau_plus = checks.probability(option_key("tau_plus"), tau_plus)
         if self.tau_plus == 1.0:

@@ -23,7 +23,7 @@ from identifiable_cl.losses.base import (
     option_key,
     prepared_inputs,
 )
-from identifiable_cl.registries import LOSSES
+from identifiable_cl.losses import LOSSES
 
 
 @LOSSES.register("infonce")

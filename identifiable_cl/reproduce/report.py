@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from identifiable_cl import rundir
 from identifiable_cl.reproduce.claims import HOLDS, Verdict
 from identifiable_cl.reproduce.experiment import Experiment
-from identifiable_cl.results import Run, RunSet
+from identifiable_cl.aggregate import Run, RunSet
 from identifiable_cl.sweeps.local import RUN
 
 

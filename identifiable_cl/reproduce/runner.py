@@ -14,9 +14,7 @@ the cores (``OMP_NUM_THREADS`` = cores // workers unless set).
 
 from __future__ import annotations
 
-import argparse
 import json
-import shlex
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,14 +25,12 @@ from typing import Callable
 from identifiable_cl.reproduce import report
 from identifiable_cl.reproduce.claims import Verdict, check
 from identifiable_cl.reproduce.experiment import (
-    EXPERIMENTS_DIR,
     SCALES,
     Experiment,
     check_experiment,
-    experiment_names,
     load_experiment,
 )
-from identifiable_cl.results import sweep_run
+from identifiable_cl.aggregate import sweep_run
 from identifiable_cl.sweeps.local import Outcome, execute_pack, is_finished, pack_groups, write_sweep_file
 from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
 from identifiable_cl.sweeps.spec import SweepSpec, parse_sweep
@@ -159,36 +155,3 @@ def reproduce(
     ))
     echo(f"{sum(v.state == 'holds' for v in verdicts)} of {len(verdicts)} claims hold; results in {out / RESULTS_MD}")
     return Reproduction(experiment, scale, results, verdicts, figures, out / RESULTS_MD)
-
-
-def cmd_reproduce(args: argparse.Namespace) -> int:
-    command = "icl reproduce " + " ".join(
-        shlex.quote(str(a)) for a in (args.name, "--scale", args.scale, "--seeds", args.seeds, "--workers", args.workers)
-    ) + (f" --pack {args.pack}" if args.pack > 1 else "") + (f" --out {shlex.quote(str(args.out))}" if args.out else "")
-    result = reproduce(args.name, args.scale, seeds=args.seeds, workers=args.workers, pack=args.pack, out=args.out,
-                       command=command)
-    failed = sum(len(r.failed) for r in result.results.values())
-    return 1 if failed else 0
-
-
-def add_reproduce_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``reproduce`` to the ``icl`` subcommands."""
-    p = subparsers.add_parser(
-        "reproduce",
-        help="rerun a paper's experiments (experiments/NAME) and check its claims",
-        description="Run every configuration of experiments/NAME/experiment.yaml over seeds through the local "
-        "sweep runner, then write OUT/results.md: mean ± std beside the reference numbers and the identity "
-        "baseline, a verdict per claim, and figures. Rerunning skips finished runs.",
-        epilog=f"experiments in {EXPERIMENTS_DIR}: {', '.join(experiment_names()) or 'none'}",
-    )
-    p.add_argument("name", help="experiment name (a folder of experiments/) or the path of its folder")
-    p.add_argument("--scale", choices=SCALES, default="smoke",
-                   help="paper: the published settings; smoke: reduced for a CPU (default); tiny: a few steps, "
-                   "checks the plumbing only")
-    p.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per configuration (default: 1)")
-    p.add_argument("--workers", type=int, default=1, help="runs in parallel (default: 1)")
-    p.add_argument("--pack", type=int, default=1, metavar="K",
-                   help="train up to K seeds of a run in one process, one batched computation (default: 1)")
-    p.add_argument("--out", help=f"output folder (default: {DEFAULT_OUT}/NAME-SCALE)")
-    p.set_defaults(func=cmd_reproduce)
-    return p

@@ -32,6 +32,7 @@ sweep's command to be ``... icl train ...``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import queue
@@ -53,11 +54,15 @@ from identifiable_cl.sweeps.spec import SweepSpec
 
 PARAMS, LOG, STATUS, RUN, ARGS_JSON, SWEEP = "params.yaml", "stdout.log", "status.json", "run", "params.json", "sweep.yaml"
 PACK, PACK_RESULT = "pack.json", "pack_result.json"
+AGENT_STRIPS = ("WANDB_SWEEP_ID", "WANDB_SERVICE")
+"""Variables a run does not inherit: no sweep id (see above), and no W&B service of the
+runner's own process, which a W&B agent also removes before starting a run."""
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What happened to one planned run: ``finished``, ``failed`` or ``skipped`` (finished before)."""
+    """What happened to one planned run: ``finished``, ``failed``, ``skipped`` (finished before) or
+    ``busy`` (its folder is owned by a live process)."""
 
     run: PlannedRun
     state: str
@@ -81,8 +86,15 @@ def write_params(path: Path, params: Mapping[str, Any]) -> None:
 
 
 def read_params(path: Path) -> dict[str, Any]:
-    """The ``{key: value}`` pairs of a W&B config file."""
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    """The ``{key: value}`` pairs of a W&B config file; a ValueError naming it when damaged."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot be read as YAML ({exc})") from exc
+    if not isinstance(data, dict) or any(
+        not isinstance(v, dict) or "value" not in v for k, v in data.items() if k != "wandb_version"
+    ):
+        raise ValueError(f"{path}: not a W&B config file ({{key: {{value: ...}}}} entries)")
     return {k: v["value"] for k, v in data.items() if k != "wandb_version"}
 
 
@@ -96,9 +108,9 @@ def run_environment(
     worth of threads slow each other down many times over.
     """
     folder = run.folder.resolve()
-    env = {k: v for k, v in base.items() if k != "WANDB_SWEEP_ID"}
+    env = {k: v for k, v in base.items() if k not in AGENT_STRIPS}
     env.update(
-        WANDB_RUN_ID=run.run_id,
+        WANDB_RUN_ID=run.wandb_id,
         WANDB_SWEEP_PARAM_PATH=str(folder / PARAMS),
         WANDB_DIR=str(folder),
         WANDB_MODE="disabled" if base.get("WANDB_MODE") == "disabled" else "offline",
@@ -114,8 +126,44 @@ def run_environment(
     return env
 
 
+class Busy(Exception):
+    """The run's folder belongs to a live process (another runner, or a run whose runner was killed)."""
+
+
+def lock_path(run: PlannedRun) -> Path:
+    """The run's lock, beside its folder (the folder itself is replaced when the run restarts)."""
+    return run.folder.parent / f".{run.folder.name}.lock"
+
+
+def claim(run: PlannedRun) -> int:
+    """Take the run's lock without waiting; returns its file descriptor, or raises :class:`Busy`.
+
+    The lock (``flock``) is inherited by the run's process, so it stays held while either the
+    runner or the run lives: a second runner on the same sweep and ``--out`` skips the run, and
+    a rerun after killing only the runner leaves a still-running orphan alone.
+    """
+    run.folder.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path(run), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        status = read_status(run.folder) or {}
+        pids = ", ".join(f"{k} {status[k]}" for k in ("owner_pid", "pid") if status.get(k))
+        raise Busy(f"{run.folder} is owned by a live process ({pids or 'pid unknown'}); left alone") from None
+    return fd
+
+
+def release(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
 def _start(spec: SweepSpec, run: PlannedRun, device: str | None, workers: int) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-    """A fresh folder for the run, its parameters and its ``running`` status; returns (argv, env, status)."""
+    """A fresh folder for the run, its parameters and its ``running`` status; returns (argv, env, status).
+
+    The caller holds the run's lock (:func:`claim`), so whatever the folder holds was left by a
+    process that is gone."""
     folder = run.folder
     if folder.exists():
         shutil.rmtree(folder)
@@ -130,6 +178,9 @@ def _start(spec: SweepSpec, run: PlannedRun, device: str | None, workers: int) -
     argv += ["--run-dir", str(folder.resolve() / RUN)]
     status: dict[str, Any] = {
         "run_id": run.run_id,
+        "wandb_id": run.wandb_id,
+        "owner_pid": os.getpid(),
+        "pid": None,
         "sweep": spec.name,
         "sweep_content_id": spec.content_id,
         "index": run.index,
@@ -145,13 +196,18 @@ def _start(spec: SweepSpec, run: PlannedRun, device: str | None, workers: int) -
     return argv, env, status
 
 
-def _launch(argv: list[str], env: Mapping[str, str], log_path: Path) -> int:
+def _launch(argv: list[str], env: Mapping[str, str], log_path: Path, lock: int,
+            started: Callable[[int], None]) -> int:
+    """Run ``argv`` with its output in ``log_path``, passing it the lock; ``started(pid)`` once it runs."""
     with open(log_path, "w") as log:
         try:
-            return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL).returncode
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL,
+                                       pass_fds=(lock,))
         except OSError as exc:
             log.write(f"could not start {argv[0]!r}: {exc}\n")
             return 127
+        started(process.pid)
+        return process.wait()
 
 
 def _finish(run: PlannedRun, status: dict[str, Any], code: int, wall: float) -> Outcome:
@@ -161,12 +217,23 @@ def _finish(run: PlannedRun, status: dict[str, Any], code: int, wall: float) -> 
     return Outcome(run, state, code, wall)
 
 
-def execute(spec: SweepSpec, run: PlannedRun, device: str | None = None, workers: int = 1) -> Outcome:
-    """Start one planned run in a fresh folder, wait for it and record its status."""
+def execute(spec: SweepSpec, run: PlannedRun, lock: int, device: str | None = None, workers: int = 1) -> Outcome:
+    """Start one planned run in a fresh folder, wait for it and record its status (the caller holds its lock)."""
     argv, env, status = _start(spec, run, device, workers)
     started = time.perf_counter()
-    code = _launch(argv, env, run.folder / LOG)
+    code = _launch(argv, env, run.folder / LOG, lock, _recorder([(run, status)]))
     return _finish(run, status, code, time.perf_counter() - started)
+
+
+def _recorder(items: Sequence[tuple[PlannedRun, dict[str, Any]]]) -> Callable[[int], None]:
+    """``started(pid)`` for :func:`_launch`: the pid of the process that runs them into each run's status."""
+
+    def started(pid: int) -> None:
+        for run, status in items:
+            status["pid"] = pid
+            write_json(run.folder / STATUS, status)
+
+    return started
 
 
 def train_position(argv: Sequence[str]) -> int:
@@ -177,14 +244,38 @@ def train_position(argv: Sequence[str]) -> int:
     raise ValueError(f"--pack: the sweep's command must run `icl train ...`; it renders as {list(argv)}")
 
 
-def execute_pack(spec: SweepSpec, runs: Sequence[PlannedRun], device: str | None = None, workers: int = 1) -> list[Outcome]:
-    """Start ``runs`` as one pack (see the module docstring), wait, and record each run's status."""
+def execute_pack(spec: SweepSpec, runs: Sequence[PlannedRun], device: str | None = None, workers: int = 1,
+                 echo: Callable[[str], None] = print) -> list[Outcome]:
+    """Claim ``runs`` (:func:`claim`), start those claimed as one pack (see the module docstring),
+    wait, and record each run's status; a run owned by a live process is left alone, as ``busy``."""
+    locks, claimed, outcomes = {}, [], []
+    for run in runs:
+        try:
+            locks[run.index] = claim(run)
+            claimed.append(run)
+            previous = read_status(run.folder) or {}
+            if previous.get("state") == "running":
+                echo(f"{run.run_id}: restarted; the process that ran it before (pid {previous.get('pid')}) is gone")
+        except Busy as exc:
+            echo(f"{run.run_id}: {exc}")
+            outcomes.append(Outcome(run, "busy", 0, 0.0))
+    try:
+        if claimed:
+            outcomes += _execute_claimed(spec, claimed, [locks[r.index] for r in claimed], device, workers)
+    finally:
+        for fd in locks.values():
+            release(fd)
+    return outcomes
+
+
+def _execute_claimed(spec: SweepSpec, runs: Sequence[PlannedRun], locks: Sequence[int], device: str | None,
+                     workers: int) -> list[Outcome]:
     if len(runs) == 1:
-        return [execute(spec, runs[0], device, workers)]
+        return [execute(spec, runs[0], locks[0], device, workers)]
     starts = [_start(spec, run, device, workers) for run in runs]
     positions = [train_position(argv) for argv, _, _ in starts]
     entries = [
-        {"args": argv[i + 1 :], "wandb_id": run.run_id, "result": str(run.folder.resolve() / PACK_RESULT)}
+        {"args": argv[i + 1 :], "wandb_id": run.wandb_id, "result": str(run.folder.resolve() / PACK_RESULT)}
         for run, (argv, _, _), i in zip(runs, starts, positions)
     ]
     first_argv, first_env, _ = starts[0]
@@ -193,7 +284,8 @@ def execute_pack(spec: SweepSpec, runs: Sequence[PlannedRun], device: str | None
     argv = [*first_argv[: positions[0]], "train", "--pack-file", str(pack_file)]
     env = {k: v for k, v in first_env.items() if k not in ("WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH")}
     started = time.perf_counter()
-    code = _launch(argv, env, runs[0].folder / LOG)
+    recorder = _recorder([(run, status) for run, (_, _, status) in zip(runs, starts)])
+    code = _launch(argv, env, runs[0].folder / LOG, locks[0], recorder)
     wall = time.perf_counter() - started
     outcomes = []
     for run, (_, _, status) in zip(runs, starts):
@@ -206,10 +298,12 @@ def execute_pack(spec: SweepSpec, runs: Sequence[PlannedRun], device: str | None
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None when it is missing or damaged (the run then counts as not finished)."""
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def pack_groups(spec: SweepSpec, runs: Sequence[PlannedRun], size: int) -> list[list[PlannedRun]]:
@@ -273,7 +367,7 @@ def run_sweep(
         slot = slots.get()
         try:
             device = devices[slot % len(devices)] if devices else None
-            results = execute_pack(spec, group, device, workers)
+            results = execute_pack(spec, group, device, workers, echo)
         finally:
             slots.put(slot)
         with lock:
@@ -292,9 +386,12 @@ def run_sweep(
                 outcomes[outcome.run.index] = outcome
     ordered = [outcomes[r.index] for r in runs]
     failed = [o for o in ordered if o.state == "failed"]
+    busy = sum(o.state == "busy" for o in ordered)
     echo(
         f"sweep {spec.name}: {sum(o.state == 'finished' for o in ordered)} finished, {len(failed)} failed, "
-        f"{sum(o.state == 'skipped' for o in ordered)} skipped (finished before); results in {Path(out) / spec.name}"
+        f"{sum(o.state == 'skipped' for o in ordered)} skipped (finished before)"
+        + (f", {busy} left to the live processes that own them" if busy else "")
+        + f"; results in {Path(out) / spec.name}"
     )
     for o in failed:
         echo(f"  failed: {o.run.run_id} exit {o.exit_code}, log {o.run.folder / LOG}")

@@ -1,10 +1,11 @@
 """The planned runs of a sweep: expanded, checked as ``icl train`` would read them, and given stable ids.
 
-Each run's ``${args}`` are rendered as a W&B agent renders them, parsed back
-the way ``icl train`` parses them, and resolved with
-:func:`identifiable_cl.config.load_config` over the config file and fixed
-``--key=value`` entries the command itself gives after ``train``. So a bad key
-or value is reported for the first run that has it, before any run starts.
+Each run's command is rendered as a W&B agent renders it (whatever argument
+macro it uses), read back the way ``icl train`` reads it
+(:mod:`identifiable_cl.arguments`), and checked in full with
+:func:`identifiable_cl.config.load_config`. So a bad key or value, or a
+combination of components that cannot train, is reported for the first run
+that has it, before any run starts.
 
 A run's id is derived from the sweep's name, its command and its parameters
 (and how many earlier runs had the same parameters), so a rerun of the same
@@ -18,14 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from identifiable_cl.cli import OVERRIDE
+from identifiable_cl import arguments
 from identifiable_cl.sweeps.expand import expand
-from identifiable_cl.sweeps.render import render_args
+from identifiable_cl.sweeps.render import describe, render_args, render_command
 from identifiable_cl.sweeps.spec import SweepSpec, digest
-
-TRAIN_OPTIONS = ("out", "run-dir", "resume")
-"""``icl train`` options that are not config overrides."""
-
 
 @dataclass(frozen=True)
 class PlannedRun:
@@ -36,40 +33,47 @@ class PlannedRun:
     params: dict[str, Any]
     folder: Path
 
+    @property
+    def wandb_id(self) -> str:
+        """The W&B run id: the run id together with the absolute folder, so the same sweep run
+        into two output folders gives two W&B runs (``wandb sync`` would merge equal ids)."""
+        return digest({"run": self.run_id, "folder": str(self.folder.resolve())})
+
+
+def rendered_train_arguments(spec: SweepSpec, params: Mapping[str, Any]) -> tuple[str | None, list[str]]:
+    """The config file and the overrides one run's ``icl train`` receives: the sweep's command
+    rendered for ``params`` as a W&B agent renders it, then read as ``icl train`` reads it."""
+    words = arguments.after_train(render_command(spec.command, params, program=spec.program, environ={}))
+    if words is None:
+        return None, render_args(params)
+    options, overrides = arguments.split(words)
+    return arguments.config_file(options), overrides
+
 
 def train_arguments(command: list[Any]) -> tuple[str | None, list[str]]:
-    """The config file and fixed ``--key=value`` overrides that follow ``train`` in a sweep command."""
-    words = [str(c) for c in command]
-    if "train" not in words:
+    """The config file and fixed overrides that follow ``train`` in a sweep command (no parameters)."""
+    words = arguments.after_train([w for w in map(str, command) if not w.startswith("${")])
+    if words is None:
         return None, []
-    config, overrides = None, []
-    for word in words[words.index("train") + 1 :]:
-        if word.startswith("${"):
-            continue
-        if OVERRIDE.fullmatch(word):
-            if word.lstrip("-").split("=", 1)[0] not in TRAIN_OPTIONS:
-                overrides.append(word)
-        elif not word.startswith("-") and config is None:
-            config = word
-    return config, overrides
+    options, overrides = arguments.split(words)
+    return arguments.config_file(options), overrides
 
 
 def run_config(spec: SweepSpec, params: Mapping[str, Any]) -> dict[str, Any]:
     """The resolved config this run's ``icl train`` builds (a ValueError names the key)."""
     from identifiable_cl.config import load_config, parse_overrides
 
-    config_file, fixed = train_arguments(spec.command)
-    return load_config(config_file, parse_overrides(fixed + render_args(params)))
+    config_file, overrides = rendered_train_arguments(spec, params)
+    return load_config(config_file, parse_overrides(overrides))
 
 
 def check_run(spec: SweepSpec, index: int, params: Mapping[str, Any]) -> None:
     """Resolve the config this run's ``icl train`` would build; a ValueError names the run and the key."""
-    args = render_args(params)
     try:
         run_config(spec, params)
     except ValueError as exc:
         raise ValueError(
-            f"sweep file {spec.source}: rejected before any run started: run {index + 1} ({' '.join(args)}): {exc}"
+            f"sweep file {spec.source}: rejected before any run started: run {index + 1} ({describe(params)}): {exc}"
         ) from exc
 
 

@@ -126,6 +126,17 @@ def parse_sweep(raw: Any, source: str = "<sweep>") -> SweepSpec:
         macro = re.fullmatch(r"\$\{(.*)\}", str(entry))
         if macro and macro.group(1) not in MACROS and not macro.group(1).startswith("envvar:"):
             problems.append(f"command[{i}]: {entry!r} is not a W&B macro; known: {', '.join('${' + m + '}' for m in MACROS)}")
+    if "train" in [str(c) for c in command]:
+        from identifiable_cl.arguments import UNREADABLE_MACROS
+
+        for i, entry in enumerate(command):
+            macro = re.fullmatch(r"\$\{(.*)\}", str(entry))
+            if macro and macro.group(1) in UNREADABLE_MACROS:
+                problems.append(
+                    f"command[{i}]: `icl train` cannot read {entry}: {UNREADABLE_MACROS[macro.group(1)]}; use "
+                    "${args} (--key=value), ${args_no_hyphens}, ${args_no_equals} or the Hydra forms "
+                    "${args_append_hydra} / ${args_override_hydra}"
+                )
     if "${program}" in [str(c) for c in command] and not raw.get("program"):
         problems.append("program: the command uses ${program} but the file names no program")
     if problems:

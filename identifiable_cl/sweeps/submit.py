@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from identifiable_cl.sweeps.local import execute, is_finished, write_sweep_file
+from identifiable_cl.sweeps.local import execute_pack, is_finished, write_sweep_file
 from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
 from identifiable_cl.sweeps.spec import SweepSpec
 
@@ -29,12 +29,13 @@ CLUSTERS = ("slurm", "local", "debug")
 
 @dataclass(frozen=True)
 class OfflineJob:
-    """Array task: execute one planned run of ``spec`` (on the devices the cluster gives the job); returns its exit code."""
+    """Array task: execute one planned run of ``spec`` (on the devices the cluster gives the job); returns its
+    exit code (0 when a live process already owns the run)."""
 
     spec: SweepSpec
 
     def __call__(self, run: PlannedRun) -> int:
-        return execute(self.spec, run).exit_code
+        return execute_pack(self.spec, [run])[0].exit_code
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ import torch
 from scipy import stats
 
 from dgp.conditionals.anisotropic import Anisotropic
-from dgp.registries import CONDITIONALS
+from dgp import CONDITIONALS
 from dgp.spaces import Box, Euclidean, Sphere
 
 BIMODAL_10 = [25.0] * 5 + [5.0] * 5

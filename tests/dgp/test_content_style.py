@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from dgp.content_style import ContentStyleConditional, ContentStyleMarginal
-from dgp.registries import CONDITIONALS, MARGINALS
+from dgp import CONDITIONALS, MARGINALS
 from dgp.spaces import Box, Euclidean, Sphere
 
 N_DIM = 10

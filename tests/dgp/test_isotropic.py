@@ -7,7 +7,7 @@ import torch
 from scipy import stats
 
 from dgp.conditionals.isotropic import GenNormConditional, LaplaceConditional, NormalConditional
-from dgp.registries import CONDITIONALS
+from dgp import CONDITIONALS
 from dgp.spaces import Box, Euclidean, Sphere
 
 

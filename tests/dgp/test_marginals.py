@@ -6,7 +6,7 @@ import torch
 from scipy import stats
 
 from dgp.marginals import GenNormMarginal, LaplaceMarginal, NormalMarginal, UniformMarginal
-from dgp.registries import MARGINALS
+from dgp import MARGINALS
 from dgp.spaces import Box, Euclidean, Sphere
 
 N = 20_000

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from dgp.mixing import IdentityMixing, InvertibleMLP, LinearMixing
-from dgp.registries import MIXINGS
+from dgp import MIXINGS
 
 
 def rng(seed: int) -> torch.Generator:

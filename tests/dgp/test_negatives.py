@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy import special, stats
 
-from dgp.registries import MARGINALS, NEGATIVES
+from dgp import MARGINALS, NEGATIVES
 from dgp.spaces import Box, Euclidean, Sphere
 
 

@@ -6,9 +6,9 @@ from dgp.process import load_process
 
 SMALL_MLP = {"name": "mlp", "cond_draws": 500}
 CONFIGS = {
-    "sphere_vmf": {"conditional": {"name": "vmf", "kappa": 5.0}, "mixing": SMALL_MLP},
+    "sphere_vmf": {"space": "sphere", "conditional": {"name": "vmf", "kappa": 5.0}, "mixing": SMALL_MLP},
     "box_laplace": {"space": "box", "conditional": "laplace", "mixing": SMALL_MLP},
-    "aniso": {"conditional": {"name": "anisotropic", "lambdas": "bimodal"}, "mixing": SMALL_MLP},
+    "aniso": {"space": "sphere", "conditional": {"name": "anisotropic", "lambdas": "bimodal"}, "mixing": SMALL_MLP},
     "content_style": {
         "space": "euclidean",
         "marginal": {"name": "content_style", "content_dim": 4, "dependence": True, "content_dependent_style": True},
@@ -108,14 +108,15 @@ def test_describe_mentions_every_part():
     [
         ({"dimension": 3}, "dgp.dimension"),
         ({"conditional": {"name": "vnf"}}, "dgp.conditional.name"),
-        ({"conditional": {"name": "vmf", "kappa": 0.0}}, "dgp.conditional.kappa"),
-        ({"conditional": {"name": "vmf", "kapa": 1.0}}, "dgp.conditional"),
-        ({"dim": 1}, "dgp.dim"),
+        ({"space": "sphere", "conditional": {"name": "vmf", "kappa": 0.0}}, "dgp.conditional.kappa"),
+        ({"space": "sphere", "conditional": {"name": "vmf", "kapa": 1.0}}, "dgp.conditional"),
+        ({"dim": 0}, "dgp.dim"),
+        ({"space": "sphere", "dim": 1}, "dgp.dim"),
         ({"space": {"name": "sphere", "radius": -1.0}}, "dgp.space.radius"),
         ({"space": {"name": "box", "low": 1.0, "high": 0.0}}, "dgp.space.low"),
         ({"dtype": "float16"}, "dgp.dtype"),
-        ({"conditional": {"name": "anisotropic", "lambdas": [1.0, 2.0]}}, "dgp.conditional.lambdas"),
-        ({"conditional": {"name": "anisotropic", "lambdas": [1.0] * 9 + [0.0]}}, "dgp.conditional.lambdas"),
+        ({"space": "sphere", "conditional": {"name": "anisotropic", "lambdas": [1.0, 2.0]}}, "dgp.conditional.lambdas"),
+        ({"space": "sphere", "conditional": {"name": "anisotropic", "lambdas": [1.0] * 9 + [0.0]}}, "dgp.conditional.lambdas"),
     ],
 )
 def test_bad_config_names_the_key(config, key):

@@ -7,7 +7,7 @@ import torch
 from scipy import special, stats
 
 from dgp.conditionals.vmf import VonMisesFisher, sample_vmf
-from dgp.registries import CONDITIONALS
+from dgp import CONDITIONALS
 from dgp.spaces import Box, Euclidean, Sphere
 
 

@@ -1,4 +1,4 @@
-from identifiable_cl.evaluation import bench
+from identifiable_cl.benchmarks import evaluation as bench
 
 
 def test_bench_runs_and_reports_every_measurement():

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from identifiable_cl.evaluation import block_aware_mcc, block_r2, linear_r2, mcc, split_by_block
-from identifiable_cl.evaluation.results import R2Result
+from identifiable_cl.evaluation.records import R2Result
 
 BLOCKS = {"content": [0, 1, 2], "style": [3, 4, 5]}
 

@@ -11,7 +11,7 @@ from scipy.special import logsumexp
 
 from identifiable_cl.losses import AnInfoNCE, InfoNCE
 from identifiable_cl.losses.base import NEGATIVE_SETS, REDUCTIONS
-from identifiable_cl.registries import LOSSES
+from identifiable_cl.losses import LOSSES
 
 
 def reference(h, hp, hn, lam, factor, negatives, reduction, unit_norm=True) -> float:
@@ -193,7 +193,7 @@ def test_batch_sizes_4_then_7():
         ({"reduction": "sum"}, "loss.reduction"),
         ({"unit_norm": 1}, "loss.unit_norm"),
         ({"lr": -1e-3}, "loss.lr"),
-        ({"tau": 1.0}, "loss: unknown option"),
+        ({"tau": 1.0}, "loss.tau: unknown option"),
     ],
 )
 def test_invalid_options(options, key):

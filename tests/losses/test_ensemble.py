@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from identifiable_cl.losses import AnInfoNCE, Ensemble, InfoNCE
-from identifiable_cl.registries import LOSSES
+from identifiable_cl.losses import LOSSES
 
 
 def batch(B, d, seed, shared=None):
@@ -210,8 +210,8 @@ def test_gradcheck():
         ([{"name": "infonce", "head": [0]}], r"loss\.members\[0\]\.head\[0\]"),
         ([{"name": "infonce", "head": "64"}], r"loss\.members\[0\]\.head="),
         ([{"name": "infonce", "head": []}], r"loss\.members\[0\]\.head="),
-        ([{"name": "infonce", "taux": 1.0}], r"loss\.members\[0\]: unknown option"),
-        ([{"name": "infonce", "dim": 3}], r"loss\.members\[0\]: unknown option"),
+        ([{"name": "infonce", "taux": 1.0}], r"loss\.members\[0\]\.taux: unknown option"),
+        ([{"name": "infonce", "dim": 3}], r"loss\.members\[0\]\.dim: unknown option"),
         ([{"name": "nope"}], r"loss\.members\[0\]\.name: unknown name 'nope'"),
         ([{"name": "infonce", "tau": 0}], r"loss\.members\[0\]\.tau=0"),
         ([{"name": "aninfonce", "factor": -2}], r"loss\.members\[0\]\.factor"),

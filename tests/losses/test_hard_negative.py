@@ -10,7 +10,7 @@ import torch
 
 from identifiable_cl.losses import HardNegativeInfoNCE, InfoNCE
 from identifiable_cl.losses.base import NEGATIVE_SETS, REDUCTIONS, SIMILARITIES
-from identifiable_cl.registries import LOSSES
+from identifiable_cl.losses import LOSSES
 
 
 def sim(a, b, kind):

@@ -11,7 +11,7 @@ from scipy.special import logsumexp
 
 from identifiable_cl.losses import InfoNCE
 from identifiable_cl.losses.base import NEGATIVE_SETS, REDUCTIONS, SIMILARITIES
-from identifiable_cl.registries import LOSSES
+from identifiable_cl.losses import LOSSES
 
 
 def sim(a: np.ndarray, b: np.ndarray, kind: str) -> float:
@@ -216,7 +216,7 @@ def test_flags_and_negatives_handling():
         ({"reduction": "mean"}, "loss.reduction"),
         ({"learn_tau": "yes"}, "loss.learn_tau"),
         ({"lr": 0.0}, "loss.lr"),
-        ({"p": 2}, "loss: unknown option"),
+        ({"p": 2}, "loss.p: unknown option"),
     ],
 )
 def test_invalid_options(options, key):

@@ -13,7 +13,7 @@ import torch
 import identifiable_cl.losses  # noqa: F401  (registration)
 from dgp.registry import user_options
 from identifiable_cl.losses.base import NEGATIVE_SETS, REDUCTIONS, SIMILARITIES, ContrastiveLoss
-from identifiable_cl.registries import LOSSES
+from identifiable_cl.losses import LOSSES
 
 REQUIRED = {
     "ensemble": {
@@ -100,4 +100,4 @@ def test_every_builtin_is_registered():
         if entry.obj.__module__.startswith("identifiable_cl.losses"):
             doc = entry.obj.__doc__ or ""
             assert " = " in doc and len(doc) > 200, f"{entry.name}: state the equation"
-            assert user_options(entry.obj)[0] == "dim"
+            assert "dim" in user_options(entry.obj)

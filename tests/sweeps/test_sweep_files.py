@@ -68,7 +68,7 @@ def test_every_distinct_run_builds(path, tmp_path):
     """Process, encoder and loss fit together for each distinct choice of the categorical parameters
     (continuous draws change no structure; a short mixing search and a small encoder keep it fast)."""
     from identifiable_cl.config import load_config, parse_overrides
-    from identifiable_cl.training import build
+    from identifiable_cl.components import build
 
     spec = load_sweep(path)
     structural = {p.name for p in spec.parameters if p.kind in ("constant", "categorical") and p.name != "seed"}
@@ -90,9 +90,10 @@ def test_icl_train_receives_every_rendered_argument(path, tmp_path, monkeypatch)
     """The agent's ``${args}`` (lists render with spaces, e.g. ``--encoder.widths=[64, 64]``) reach
     ``icl train`` as overrides, never as its CONFIG argument."""
     from identifiable_cl import cli
+    from identifiable_cl.cli import train
 
     received = []
-    monkeypatch.setattr(cli, "cmd_train", lambda args: received.append(args) or 0)
+    monkeypatch.setattr(train, "run", lambda args: received.append(args) or 0)
     for run in plan_runs(load_sweep(path), tmp_path)[:3]:
         argv = ["train", *render_args(run.params), "--run-dir", str(tmp_path / run.run_id)]
         assert cli.main(argv) == 0

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from identifiable_cl.cli import main
-from identifiable_cl.results import results
+from identifiable_cl.aggregate import results
 from identifiable_cl.sweeps.local import LOG, PARAMS, RUN, STATUS, read_status, run_sweep
 from identifiable_cl.sweeps.plan import plan_runs, train_arguments
 from identifiable_cl.sweeps.spec import load_sweep
@@ -59,7 +59,7 @@ def test_two_workers_agent_environment_failures_and_devices(tmp_path, monkeypatc
             continue
         seen = json.loads((folder / RUN / "env.json").read_text())
         env = seen["env"]
-        assert env["WANDB_SWEEP_ID"] is None and env["WANDB_RUN_ID"] == o.run.run_id
+        assert env["WANDB_SWEEP_ID"] is None and env["WANDB_RUN_ID"] == o.run.wandb_id != o.run.run_id
         assert env["WANDB_SWEEP_PARAM_PATH"] == str((folder / PARAMS).resolve())
         assert env["WANDB_MODE"] == "offline" and env["WANDB_DIR"] == str(folder.resolve())
         assert env["WANDB_RUN_GROUP"] == "fake" and env["WANDB_PROJECT"] == "sweep-project"
@@ -131,7 +131,7 @@ def test_bad_sweep_files_are_rejected_before_any_run(tmp_path, parameters, fragm
 
 def test_config_file_and_fixed_overrides_in_the_command_are_used(tmp_path):
     base = tmp_path / "base.yaml"
-    base.write_text(yaml.safe_dump({"loss": {"name": "aninfonce"}}))
+    base.write_text(yaml.safe_dump({"loss": {"name": "aninfonce"}, "encoder": {"normalize": "sphere"}}))
     command = ["${env}", "icl", "train", str(base), "--train.steps=5", "--out=elsewhere", "${args}"]
     assert train_arguments(command) == (str(base), ["--train.steps=5"])
     path = tmp_path / "s.yaml"

@@ -4,7 +4,7 @@
   batch (z, z+, negatives, all mixed by the invertible MLP) beside one
   forward+backward pass of the reference encoder on that batch's 2·6144
   observations; target: sampling under 5 % of the encoder step.
-- evaluation: see :mod:`identifiable_cl.evaluation.bench`.
+- evaluation: see :mod:`identifiable_cl.benchmarks.evaluation`.
 - loss: forward + backward of symmetric InfoNCE for every similarity at batch
   1024 and 6144 (n = 10) beside the reference encoder's forward + backward on the
   same 2B rows, for the blocked core (native C and eager torch kernels) and for a
@@ -37,7 +37,7 @@ from torch import Tensor
 
 import dgp
 from dgp.seeding import stream_seed
-from identifiable_cl.components import build_encoder
+from identifiable_cl.encoders import ENCODERS
 
 SAMPLING_CASES: list[tuple[str, dict[str, Any]]] = [
     ("sphere vMF(κ=1)", {"conditional": {"name": "vmf", "kappa": 1.0}}),
@@ -82,7 +82,7 @@ def timed(fn: Callable[[], Any], reps: int, warmup: int = 2) -> float:
 
 def encoder_step_time(dim: int, rows: int, device: torch.device, reps: int) -> float:
     """One forward+backward of the reference encoder on ``rows`` observations."""
-    encoder = build_encoder({"name": "mlp"}, dim, dim).to(device)
+    encoder = ENCODERS.build({"name": "mlp"}, key="encoder", input_dim=dim, latent_dim=dim).to(device)
     x = torch.randn(rows, dim, device=device)
 
     def step() -> None:
@@ -113,7 +113,8 @@ def bench_sampling(batch: int = 6144, reps: int = 20, print_fn: Callable[[str], 
 
 def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
     from identifiable_cl.config import load_config
-    from identifiable_cl.training import build, train_step
+    from identifiable_cl.components import build
+    from identifiable_cl.training import train_step
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print_fn(f"\ntraining steps at n = 10 on {device} (median of {steps} steps); encoder = its own "
@@ -202,7 +203,7 @@ def loss_peak_memory(kind: str, batch: int, impl: str) -> float:
     (``VmRSS``) just before it.
     """
     code = (
-        "import torch; from identifiable_cl.bench import loss_step, _status_kib; "
+        "import torch; from identifiable_cl.benchmarks.sections import loss_step, _status_kib; "
         f"s = loss_step({kind!r}, {batch}, {impl!r}, torch.device('cpu')); "
         "base = _status_kib('VmRSS'); s(); print(_status_kib('VmHWM') - base)"
     )
@@ -254,7 +255,8 @@ def bench_loss(batches: Iterable[int] = (1024, 6144), reps: int = 3, memory: boo
 def bench_precision(batch: int = 1000, steps: int = 5, print_fn: Callable[[str], None] = print) -> dict[str, Any]:
     """Training step of the reference encoder (R24's sphere setting) in fp32 and bf16."""
     from identifiable_cl.config import load_config
-    from identifiable_cl.training import build, train_step
+    from identifiable_cl.components import build
+    from identifiable_cl.training import train_step
 
     out: dict[str, Any] = {}
     for precision in ("fp32", "bf16"):
@@ -272,7 +274,8 @@ def bench_packing(sizes: Iterable[int] = (1, 2, 4, 8), steps: int = 5,
                   print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
     from identifiable_cl.config import load_config
     from identifiable_cl.packing import packed_step
-    from identifiable_cl.training import build, train_step
+    from identifiable_cl.components import build
+    from identifiable_cl.training import train_step
 
     print_fn(f"\npacked runs (median of {steps} steps): aggregate run-steps/s, packed vs one after the other")
     print_fn(f"{'setting':<32}{'K':>3}{'sequential':>12}{'packed':>10}{'ratio':>8}")
@@ -297,7 +300,7 @@ def run_bench(quick: bool = False, sections: Iterable[str] | None = None, print_
     if "sampling" in sections:
         out["sampling"] = bench_sampling(reps=5 if quick else 20, print_fn=print_fn)
     if "evaluation" in sections:
-        from identifiable_cl.evaluation import bench as eval_bench
+        from identifiable_cl.benchmarks import evaluation as eval_bench
 
         print_fn("")
         out["evaluation"] = eval_bench.run(print_fn=print_fn, quick=quick)

@@ -22,13 +22,12 @@ def _devices(text: str | None) -> list[str] | None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from identifiable_cl.sweeps.local import run_sweep
-    from identifiable_cl.sweeps.plan import plan_runs
-    from identifiable_cl.sweeps.render import render_args
+    from identifiable_cl.sweeps.plan import plan_runs, rendered_train_arguments
 
     spec = load_sweep(args.file)
     if args.dry_run:
         for run in plan_runs(spec, args.out, count=args.count, seed=args.seed):
-            print(f"{run.run_id}  {' '.join(render_args(run.params))}")
+            print(f"{run.run_id}  {' '.join(rendered_train_arguments(spec, run.params)[1])}")
         return 0
     outcomes = run_sweep(
         spec, args.out, workers=args.workers, count=args.count, seed=args.seed, devices=_devices(args.devices),
@@ -91,7 +90,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
-def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``sweep`` with ``run``, ``submit`` and ``check`` to the ``icl`` subcommands."""
     parser = subparsers.add_parser(
         "sweep",

@@ -1,4 +1,4 @@
-"""Speed and accuracy benchmark of the evaluation metrics (``python -m identifiable_cl.evaluation.bench``).
+"""Speed and accuracy benchmark of the evaluation metrics (``python -m identifiable_cl.benchmarks.evaluation``).
 
 Synthetic problems with n latents: z ~ N(0, I_n) and h = m(z) for a fixed invertible mixing m
 drawn once from a seeded generator (random rotations Q_k):

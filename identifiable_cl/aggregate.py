@@ -14,7 +14,6 @@ deviation (ddof = 1) and the number of successful runs.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -27,7 +26,7 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 from identifiable_cl.config import flat_keys
-from identifiable_cl.rundir import CONFIG, DGP, SUMMARY, is_run_dir
+from identifiable_cl.rundir import CONFIG, DGP, STOPPED, SUMMARY, is_run_dir, read_json
 from identifiable_cl.sweeps.local import LOG, PARAMS, RUN, STATUS, read_params, read_status
 
 DEFAULT_METRICS = ("r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "mcc_block_aware")
@@ -91,31 +90,50 @@ class Group(RunSet):
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+    """The JSON object in ``path``, None when it is missing; a ValueError naming it when damaged."""
+    return read_json(path) if path.exists() else None
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        return yaml.safe_load(path.read_text()) or {}
-    except (FileNotFoundError, yaml.YAMLError):
+    """The YAML mapping in ``path``, empty when it is missing; a ValueError naming it when damaged."""
+    if not path.exists():
         return {}
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot be read as YAML ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping, found {type(data).__name__}")
+    return data
+
+
+def _damaged(folder: Path, exc: ValueError) -> Run:
+    """A run whose files cannot be read: listed as failed with the reason, never dropped."""
+    return Run(folder, {}, (), None, f"unreadable: {exc}")
+
+
+def _stopped(run_dir: Path) -> str:
+    """Why a diverged run stopped (from its ``stopped.json``), or empty."""
+    stopped = _read_json(run_dir / STOPPED)
+    return f"; {stopped.get('reason')}" if stopped else ""
 
 
 def sweep_run(folder: Path) -> Run:
     """A run folder of ``icl sweep run``."""
-    status = read_status(folder) or {}
-    params = read_params(folder / PARAMS)
-    run_dir = folder / status.get("run_dir", RUN)
-    config = flat_keys(_read_yaml(run_dir / CONFIG))
-    summary = _read_json(run_dir / SUMMARY)
+    try:
+        status = _read_json(folder / STATUS) or {}
+        params = read_params(folder / PARAMS) if (folder / PARAMS).exists() else {}
+        run_dir = folder / str(status.get("run_dir", RUN))
+        config = flat_keys(_read_yaml(run_dir / CONFIG))
+        summary = _read_json(run_dir / SUMMARY)
+        stopped = _stopped(run_dir)
+    except ValueError as exc:
+        return _damaged(folder, exc)
     code = status.get("exit_code")
     if code is None:
         problem = f"{status.get('state', 'not started')} (no exit code), log {folder / LOG}"
     elif code != 0:
-        problem = f"exit {code}, log {folder / LOG}"
+        problem = f"exit {code}{stopped}, log {folder / LOG}"
     elif summary is None:
         problem = f"exit 0 but no {SUMMARY} in {run_dir}"
     else:
@@ -125,9 +143,14 @@ def sweep_run(folder: Path) -> Run:
 
 def train_run(run_dir: Path) -> Run:
     """A bare ``icl train`` run directory."""
-    summary = _read_json(run_dir / SUMMARY)
-    problem = None if summary is not None else f"no {SUMMARY} (failed or unfinished)"
-    return Run(run_dir, flat_keys(_read_yaml(run_dir / CONFIG)), (), summary, problem)
+    try:
+        summary = _read_json(run_dir / SUMMARY)
+        config = flat_keys(_read_yaml(run_dir / CONFIG))
+        stopped = _stopped(run_dir)
+    except ValueError as exc:
+        return _damaged(run_dir, exc)
+    problem = None if summary is not None else f"no {SUMMARY} (failed or unfinished){stopped}"
+    return Run(run_dir, config, (), summary, problem)
 
 
 def _plan_order(folder: Path) -> tuple[str, int]:
@@ -249,30 +272,11 @@ def results(
     if not runs:
         raise ValueError(f"no runs found under {', '.join(map(str, paths))} (no status.json or config.yaml)")
     keys = list(group_by) if group_by is not None else default_group_keys(runs)
+    known = {k for r in runs for k in r.params}
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        from identifiable_cl.config import suggest
+
+        raise ValueError(f"--group-by {','.join(unknown)}: not a parameter of any run found{suggest(unknown[0])}")
     metrics = list(metrics) if metrics is not None else default_metrics(runs)
     return FORMATTERS[fmt](group_runs(runs, keys), keys, metrics)
-
-
-def _keys(text: str | None) -> list[str] | None:
-    return None if text is None else [k.strip() for k in text.split(",") if k.strip()]
-
-
-def cmd_results(args: argparse.Namespace) -> int:
-    print(results(args.dirs, group_by=_keys(args.group_by), metrics=_keys(args.metrics), fmt=args.format))
-    return 0
-
-
-def add_results_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``results`` to the ``icl`` subcommands."""
-    p = subparsers.add_parser(
-        "results",
-        help="mean ± std over seeds of finished runs, grouped by the swept parameters",
-        description="Read sweep run folders and run directories under DIR..., group them by the swept "
-        "parameters except the seed, and print mean ± std, the number of seeds and failed runs per group.",
-    )
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep output folders, run folders or run directories")
-    p.add_argument("--group-by", metavar="KEYS", help="comma-separated config keys (default: the swept keys except seed)")
-    p.add_argument("--metrics", metavar="KEYS", help=f"comma-separated summary keys (default: {','.join(DEFAULT_METRICS)})")
-    p.add_argument("--format", choices=FORMATS, default="md", help="md (default), csv or json")
-    p.set_defaults(func=cmd_results)
-    return p

@@ -1,0 +1,78 @@
+"""How ``icl train``'s command line is read: its own options, the config file, and the config overrides.
+
+One reading for everything that starts or checks a run: ``icl train`` itself, the
+pack files of ``icl sweep run --pack``, and the check of every planned sweep run,
+which renders the sweep's own command as a W&B agent would and reads it here.
+
+An override is any argument of the forms of :data:`identifiable_cl.config.OVERRIDE`
+(``--key=value``, ``key=value``, ``+key=value``, ``++key=value``) or ``--key value``
+(two arguments, as ``${args_no_equals}`` renders them); ``--out``, ``--run-dir``,
+``--resume``, ``--pack-seeds``, ``--pack-file`` and ``--quiet`` are ``icl train``'s own.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from identifiable_cl.config import OVERRIDE
+
+OPTIONS_WITH_VALUE = ("--out", "--run-dir", "--resume", "--pack-seeds", "--pack-file")
+FLAGS = ("--quiet",)
+_DOTTED_FLAG = re.compile(r"--[A-Za-z_][\w.\-]*")
+
+UNREADABLE_MACROS = {
+    "args_no_boolean_flags": "it renders True as a bare --flag and drops parameters whose value is False",
+    "args_json": "it passes every parameter as one JSON argument",
+    "args_json_file": "it passes the parameters in a JSON file",
+}
+"""W&B command macros whose arguments ``icl train`` cannot read, and why."""
+
+
+def split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(options, overrides)``: ``icl train``'s own arguments (with the config file) and the
+    overrides, each as one ``--key=value``-like string for :func:`identifiable_cl.config.parse_overrides`.
+
+    Done before argparse, which would take a value with a space (``--k=[1, 2]``, as a sweep
+    agent renders lists) for a positional argument.
+    """
+    options: list[str] = []
+    overrides: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if name in OPTIONS_WITH_VALUE or name in FLAGS:
+            options.append(arg)
+            if name in OPTIONS_WITH_VALUE and "=" not in arg and i + 1 < len(argv):
+                options.append(argv[i + 1])
+                i += 1
+        elif OVERRIDE.fullmatch(arg):
+            overrides.append(arg)
+        elif _DOTTED_FLAG.fullmatch(arg) and arg not in ("--help",) and i + 1 < len(argv):
+            overrides.append(f"{arg}={argv[i + 1]}")
+            i += 1
+        else:
+            options.append(arg)
+        i += 1
+    return options, overrides
+
+
+def config_file(options: Sequence[str]) -> str | None:
+    """The config file (or preset name) among :func:`split`'s options, if one is given."""
+    i = 0
+    while i < len(options):
+        arg = options[i]
+        if arg in OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if not arg.startswith("-"):
+            return arg
+        i += 1
+    return None
+
+
+def after_train(argv: Sequence[str]) -> list[str] | None:
+    """The arguments after ``train`` in a command line, or None when it does not run ``icl train``."""
+    words = [str(w) for w in argv]
+    return words[words.index("train") + 1 :] if "train" in words else None

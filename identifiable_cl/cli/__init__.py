@@ -1,0 +1,90 @@
+"""The ``icl`` command line: one module per verb, each with ``add_parser(subparsers)`` and ``run(args)``.
+
+Errors reach the user as one line each: a ``ValueError`` (bad input: the key or the
+file and what is allowed) exits with 2; a failed or interrupted run, a full disk, an
+unwritable folder or exhausted memory exit with 1 and say what was kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import importlib
+import sys
+from typing import Sequence
+
+import identifiable_cl
+
+VERBS = ("train", "evaluate", "plugins", "bench", "sweep", "results", "plot", "reproduce")
+"""The subcommands, each the module ``identifiable_cl.cli.<verb>``."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="icl", description="Identifiability testbed for contrastive learning.")
+    parser.add_argument("--version", action="version", version=f"identifiable-cl {identifiable_cl.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for verb in VERBS:
+        importlib.import_module(f"identifiable_cl.cli.{verb}").add_parser(sub)
+    return parser
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for a failed file operation: the path, what happened and what to do."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    advice = {
+        errno.ENOSPC: "the disk is full; free space (finished runs are complete, an interrupted one resumes with --resume)",
+        errno.EDQUOT: "the disk quota is exceeded; free space and resume with --resume",
+        errno.EACCES: "permission denied; choose a folder you can write (--out) or fix its permissions",
+        errno.EROFS: "the file system is read-only; choose another folder with --out",
+        errno.ENOTDIR: "a path component is a file, not a folder; choose another --out",
+        errno.EEXIST: "it already exists",
+    }.get(exc.errno, exc.strerror or str(exc))
+    return f"{where}{advice}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import torch
+
+    from identifiable_cl import arguments
+    from identifiable_cl.training import Interrupted, NonFiniteLoss
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides: list[str] = []
+    if argv[:1] == ["train"]:
+        options, overrides = arguments.split(argv[1:])
+        argv = argv[:1] + options
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    args.overrides = overrides
+    name = f"icl {args.command}"
+    try:
+        return args.func(args)
+    except ValueError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 2
+    except (NonFiniteLoss, Interrupted) as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted; files already written are kept", file=sys.stderr)
+        return 130
+    except (MemoryError, torch.OutOfMemoryError) as exc:
+        print(f"{name}: {out_of_memory(exc)}", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:
+        if "allocate memory" not in str(exc):  # the CPU allocator's out-of-memory error
+            raise
+        print(f"{name}: {out_of_memory(exc)}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"{name}: error: {os_error_message(exc)}", file=sys.stderr)
+        return 1
+
+
+def out_of_memory(exc: BaseException) -> str:
+    detail = str(exc).splitlines()[0] if str(exc) else "no detail"
+    return (f"out of memory ({detail}); use a smaller train.batch_size or eval sizes, or fewer --workers/--pack; "
+            "a run's last checkpoint is kept (continue it with icl train --resume RUN_DIR)")

@@ -1,0 +1,5 @@
+import sys
+
+from identifiable_cl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,23 @@
+"""``icl bench``: sampling, evaluation, loss, training, precision and packing figures of this machine."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def run(args: argparse.Namespace) -> int:
+    from identifiable_cl.benchmarks import run_bench
+
+    run_bench(quick=args.quick, sections=args.only)
+    return 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``bench`` to the ``icl`` subcommands."""
+    from identifiable_cl.benchmarks import SECTIONS
+
+    p = subparsers.add_parser("bench", help="print sampling, evaluation, loss, training and precision figures")
+    p.add_argument("--quick", action="store_true", help="smaller sizes, for a fast look")
+    p.add_argument("--only", nargs="*", choices=SECTIONS, help="run only these sections")
+    p.set_defaults(func=run)
+    return p

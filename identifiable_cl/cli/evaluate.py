@@ -1,0 +1,32 @@
+"""``icl evaluate``: re-evaluate a saved run from its own files (saved process, last checkpoint)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from identifiable_cl.cli.tables import results_table
+
+
+def run(args: argparse.Namespace) -> int:
+    from identifiable_cl import rundir
+    from identifiable_cl.training import evaluate_run
+
+    summary = evaluate_run(Path(args.run_dir))
+    print(results_table(summary))
+    rundir.write_json(Path(args.run_dir) / rundir.EVALUATION, summary)
+    print(f"written to {Path(args.run_dir) / rundir.EVALUATION}")
+    return 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``evaluate`` to the ``icl`` subcommands."""
+    p = subparsers.add_parser(
+        "evaluate",
+        help="re-evaluate a saved run from its saved DGP and checkpoint",
+        description="Final-size held-out metrics of the run's last checkpoint beside the identity baseline, "
+        "printed, then written to RUN_DIR/evaluation.json.",
+    )
+    p.add_argument("run_dir")
+    p.set_defaults(func=run)
+    return p

@@ -1,0 +1,42 @@
+"""``icl reproduce``: rerun a paper's experiments and check its claims."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from identifiable_cl.reproduce.experiment import EXPERIMENTS_DIR, SCALES, experiment_names
+from identifiable_cl.reproduce.runner import DEFAULT_OUT, reproduce
+
+
+def run(args: argparse.Namespace) -> int:
+    command = "icl reproduce " + " ".join(
+        shlex.quote(str(a)) for a in (args.name, "--scale", args.scale, "--seeds", args.seeds, "--workers", args.workers)
+    ) + (f" --pack {args.pack}" if args.pack > 1 else "") + (f" --out {shlex.quote(str(args.out))}" if args.out else "")
+    result = reproduce(args.name, args.scale, seeds=args.seeds, workers=args.workers, pack=args.pack, out=args.out,
+                       command=command)
+    failed = sum(len(r.failed) for r in result.results.values())
+    return 1 if failed else 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``reproduce`` to the ``icl`` subcommands."""
+    p = subparsers.add_parser(
+        "reproduce",
+        help="rerun a paper's experiments (experiments/NAME) and check its claims",
+        description="Run every configuration of experiments/NAME/experiment.yaml over seeds through the local "
+        "sweep runner, then write OUT/results.md: mean ± std beside the reference numbers and the identity "
+        "baseline, a verdict per claim, and figures. Rerunning skips finished runs.",
+        epilog=f"experiments in {EXPERIMENTS_DIR}: {', '.join(experiment_names()) or 'none'}",
+    )
+    p.add_argument("name", help="experiment name (a folder of experiments/) or the path of its folder")
+    p.add_argument("--scale", choices=SCALES, default="smoke",
+                   help="paper: the published settings; smoke: reduced for a CPU (default); tiny: a few steps, "
+                   "checks the plumbing only")
+    p.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per configuration (default: 1)")
+    p.add_argument("--workers", type=int, default=1, help="runs in parallel (default: 1)")
+    p.add_argument("--pack", type=int, default=1, metavar="K",
+                   help="train up to K seeds of a run in one process, one batched computation (default: 1)")
+    p.add_argument("--out", help=f"output folder (default: {DEFAULT_OUT}/NAME-SCALE)")
+    p.set_defaults(func=run)
+    return p

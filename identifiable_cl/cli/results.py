@@ -1,0 +1,32 @@
+"""``icl results``: mean ± std over seeds of finished runs, grouped by the swept parameters."""
+
+from __future__ import annotations
+
+import argparse
+
+from identifiable_cl.aggregate import DEFAULT_METRICS, FORMATS, results
+
+
+def _keys(text: str | None) -> list[str] | None:
+    return None if text is None else [k.strip() for k in text.split(",") if k.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    print(results(args.dirs, group_by=_keys(args.group_by), metrics=_keys(args.metrics), fmt=args.format))
+    return 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``results`` to the ``icl`` subcommands."""
+    p = subparsers.add_parser(
+        "results",
+        help="mean ± std over seeds of finished runs, grouped by the swept parameters",
+        description="Read sweep run folders and run directories under DIR..., group them by the swept "
+        "parameters except the seed, and print mean ± std, the number of seeds and failed runs per group.",
+    )
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep output folders, run folders or run directories")
+    p.add_argument("--group-by", metavar="KEYS", help="comma-separated config keys (default: the swept keys except seed)")
+    p.add_argument("--metrics", metavar="KEYS", help=f"comma-separated summary keys (default: {','.join(DEFAULT_METRICS)})")
+    p.add_argument("--format", choices=FORMATS, default="md", help="md (default), csv or json")
+    p.set_defaults(func=run)
+    return p

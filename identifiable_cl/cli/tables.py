@@ -1,0 +1,31 @@
+"""Plain-text tables the commands print."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+TABLE_ROWS = [
+    ("linear R²", "r2_linear"),
+    ("nonlinear R²", "r2_nonlinear"),
+    ("MCC (Pearson)", "mcc_pearson"),
+    ("MCC (Spearman)", "mcc_spearman"),
+    ("block-aware MCC", "mcc_block_aware"),
+]
+
+
+def results_table(summary: Mapping[str, Any]) -> str:
+    """A short plain-text table: each metric for the trained encoder beside the identity baseline."""
+    rows = list(TABLE_ROWS)
+    rows += [(f"linear R² [{k[len('r2_linear_'):]}]", k) for k in summary if k.startswith("r2_linear_") and not k.endswith("per_dim")]
+    lines = [f"{'metric':<24}{'encoder':>10}{'identity g(z)':>16}"]
+    for label, key in rows:
+        if key in summary and isinstance(summary[key], (int, float)):
+            base = summary.get(f"identity_{key}")
+            lines.append(f"{label:<24}{summary[key]:>10.3f}{base:>16.3f}" if isinstance(base, (int, float)) else f"{label:<24}{summary[key]:>10.3f}{'':>16}")
+    if "lambda_learned" in summary:
+        lines.append("learned Λ̂: " + ", ".join(f"{v:.2f}" for v in summary["lambda_learned"]))
+    if "lambda_true" in summary:
+        lines.append("true Λ:    " + ", ".join(f"{v:.2f}" for v in summary["lambda_true"]))
+    if "steps" in summary:
+        lines.append(f"{summary['steps']} steps in {summary['wall_s']:.1f} s ({summary['steps_per_s']:.1f} steps/s)")
+    return "\n".join(lines)

@@ -15,6 +15,7 @@ deviation (ddof = 1) and the number of successful runs.
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import json
 import math
@@ -275,8 +276,8 @@ def results(
     known = {k for r in runs for k in r.params}
     unknown = [k for k in keys if k not in known]
     if unknown:
-        from identifiable_cl.config import suggest
-
-        raise ValueError(f"--group-by {','.join(unknown)}: not a parameter of any run found{suggest(unknown[0])}")
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; the runs' parameters: {', '.join(sorted(known))}"
+        raise ValueError(f"--group-by {','.join(unknown)}: not a parameter of any run found{hint}")
     metrics = list(metrics) if metrics is not None else default_metrics(runs)
     return FORMATTERS[fmt](group_runs(runs, keys), keys, metrics)

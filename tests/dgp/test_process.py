@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 
@@ -122,3 +124,46 @@ def test_describe_mentions_every_part():
 def test_bad_config_names_the_key(config, key):
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         dgp.build_process({**config, "mixing": "identity"} if "mixing" not in config else config, seed=0)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda p: p.sample(-1, p.make_generator(0)), "batch_size=-1 is invalid"),
+    (lambda p: p.sample(2.5, p.make_generator(0)), "batch_size=2.5 is invalid: expected an integer"),
+    (lambda p: p.sample(8, None), "generator=None is invalid: a torch.Generator"),
+    (lambda p: p.sample_latents(0, p.make_generator(0)), "n=0 is invalid"),
+    (lambda p: dgp.build_process({"space": 5}), "dgp.space=5 is invalid"),
+    (lambda p: dgp.build_process([1, 2]), "dgp=[1, 2] is invalid"),
+    (lambda p: dgp.load_process({}), "a saved process is a mapping with keys config, seed, fingerprint, state"),
+    (lambda p: dgp.load_process({**p.to_file(), "state": {"nonsense": torch.zeros(1)}}), "parameters do not fit"),
+])
+def test_the_python_api_rejects_bad_arguments_clearly(call, message):
+    process = dgp.build_process({"mixing": "identity"}, seed=0)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call(process)
+
+
+def test_fingerprints_hash_canonical_numbers():
+    as_int = dgp.build_process({"space": "sphere", "conditional": {"name": "vmf", "kappa": 10}, "mixing": SMALL_MLP}, seed=0)
+    as_float = dgp.build_process({"space": "sphere", "conditional": {"name": "vmf", "kappa": 10.0}, "mixing": SMALL_MLP}, seed=0)
+    assert as_int.fingerprint() == as_float.fingerprint()
+    other = dgp.build_process({"space": "sphere", "conditional": {"name": "vmf", "kappa": 10.5}, "mixing": SMALL_MLP}, seed=0)
+    assert other.fingerprint() != as_float.fingerprint()
+
+
+def test_processes_saved_with_the_earlier_fingerprint_still_load():
+    process = dgp.build_process(CONFIGS["box_laplace"], seed=0)
+    saved = {**process.to_file(), "fingerprint": process._fingerprint(canonical=False)}
+    assert saved["fingerprint"] != process.fingerprint()
+    assert state_equal(load_process(saved), process)
+    with pytest.raises(ValueError, match="does not match its parameters"):
+        load_process({**saved, "fingerprint": "0" * 16})
+
+
+def test_marginal_and_conditional_must_agree_on_the_content_block():
+    config = {
+        "space": "euclidean", "mixing": "identity",
+        "marginal": {"name": "content_style", "content_dim": 3},
+        "conditional": {"name": "content_style", "content_dim": 4},
+    }
+    with pytest.raises(ValueError, match="dgp.conditional.content_dim=4 is invalid: the marginal's content block has 3"):
+        dgp.build_process(config)

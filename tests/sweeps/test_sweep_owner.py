@@ -1,0 +1,119 @@
+"""Each sweep run folder has one owner: a second runner, or a rerun while an orphaned run still
+works, leaves it alone; a folder whose owner is gone is started afresh."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from identifiable_cl.aggregate import results
+from identifiable_cl.sweeps.local import STATUS, Busy, claim, read_status, release, run_environment, run_sweep
+from identifiable_cl.sweeps.plan import plan_runs
+from identifiable_cl.sweeps.spec import load_sweep
+
+FAKE = str(Path(__file__).with_name("fake_train.py"))
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_sweep(path, seeds=(0,)):
+    path.write_text(yaml.safe_dump({
+        "name": "owned", "method": "grid", "command": [sys.executable, FAKE, "train", "${args}"],
+        "parameters": {"seed": {"values": list(seeds)}, "loss.tau": {"value": 0.2}},
+    }))
+    return load_sweep(path)
+
+
+def quiet(_line):
+    pass
+
+
+def test_a_folder_owned_by_a_live_process_is_left_alone(tmp_path):
+    spec = write_sweep(tmp_path / "s.yaml", seeds=(0, 1))
+    runs = plan_runs(spec, tmp_path / "out")
+    held = claim(runs[0])
+    runs[0].folder.mkdir(parents=True)
+    (runs[0].folder / "being-written").write_text("by someone else")
+    try:
+        lines = []
+        outcomes = run_sweep(spec, tmp_path / "out", echo=lines.append)
+        with pytest.raises(Busy):
+            claim(runs[0])
+    finally:
+        release(held)
+    assert [o.state for o in outcomes] == ["busy", "finished"]
+    assert (runs[0].folder / "being-written").exists()
+    assert any("owned by a live process" in line for line in lines)
+    assert "1 left to the live processes that own them" in lines[-1]
+    assert [o.state for o in run_sweep(spec, tmp_path / "out", echo=quiet)] == ["finished", "skipped"]
+
+
+def test_a_folder_whose_owner_is_gone_is_restarted(tmp_path):
+    spec = write_sweep(tmp_path / "s.yaml")
+    (run,) = plan_runs(spec, tmp_path / "out")
+    run.folder.mkdir(parents=True)
+    (run.folder / STATUS).write_text(json.dumps({"state": "running", "exit_code": None, "pid": 999999999}))
+    lines = []
+    (outcome,) = run_sweep(spec, tmp_path / "out", echo=lines.append)
+    assert outcome.state == "finished"
+    assert any("restarted; the process that ran it before (pid 999999999) is gone" in line for line in lines)
+    status = read_status(run.folder)
+    assert status["owner_pid"] == os.getpid() and isinstance(status["pid"], int) and status["pid"] != os.getpid()
+
+
+def test_killing_only_the_runner_leaves_the_run_owned_by_the_run(tmp_path):
+    spec = write_sweep(tmp_path / "s.yaml")
+    (run,) = plan_runs(spec, tmp_path / "out")
+    env = {**os.environ, "FAKE_SLEEP": "4", "PYTHONPATH": str(ROOT)}
+    runner = subprocess.Popen([sys.executable, "-m", "identifiable_cl.cli", "sweep", "run", str(tmp_path / "s.yaml"),
+                               "--out", str(tmp_path / "out")], env=env, stdout=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not (read_status(run.folder) or {}).get("pid"):
+        assert time.time() < deadline and runner.poll() is None, "the run never started"
+        time.sleep(0.05)
+    child = read_status(run.folder)["pid"]
+    runner.send_signal(signal.SIGKILL)
+    runner.wait()
+    with pytest.raises(Busy, match=f"pid {child}"):
+        claim(run)  # the orphan still holds the folder
+    (outcome,) = run_sweep(spec, tmp_path / "out", echo=quiet)
+    assert outcome.state == "busy"
+    while Path(f"/proc/{child}").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    release(claim(run))  # the orphan is gone, and so is its hold
+
+
+def test_w_and_b_ids_depend_on_the_output_folder_and_the_service_is_not_inherited(tmp_path):
+    spec = write_sweep(tmp_path / "s.yaml")
+    (a,) = plan_runs(spec, tmp_path / "a")
+    (b,) = plan_runs(spec, tmp_path / "b")
+    assert a.run_id == b.run_id and a.wandb_id != b.wandb_id
+    env = run_environment(spec, a, None, {"WANDB_SERVICE": "2-1234-tcp-localhost-5678", "HOME": "/x"})
+    assert "WANDB_SERVICE" not in env and env["WANDB_RUN_ID"] == a.wandb_id and env["HOME"] == "/x"
+
+
+@pytest.mark.parametrize("name, text", [
+    ("params.yaml", "- not\n- a mapping\n"),
+    ("params.yaml", "seed: 3\n"),
+    ("status.json", "{torn"),
+])
+def test_one_damaged_sweep_folder_does_not_break_the_table(tmp_path, name, text):
+    spec = write_sweep(tmp_path / "s.yaml", seeds=(0, 1))
+    outcomes = run_sweep(spec, tmp_path / "out", echo=quiet)
+    (outcomes[0].run.folder / name).write_text(text)
+    rows = json.loads(results([tmp_path / "out"], fmt="json"))
+    assert sum(row["n"] for row in rows) == 1 and sum(row["failed"] for row in rows) == 1
+    problems = [r["problem"] for row in rows for r in row["failed_runs"]]
+    assert problems and (name in problems[0] or "no exit code" in problems[0])
+
+
+def test_group_by_an_unknown_key_is_an_error(tmp_path):
+    spec = write_sweep(tmp_path / "s.yaml", seeds=(0, 1))
+    run_sweep(spec, tmp_path / "out", echo=quiet)
+    with pytest.raises(ValueError, match="--group-by loss.tauu: not a parameter of any run found; did you mean loss.tau"):
+        results([tmp_path / "out"], group_by=["loss.tauu"])

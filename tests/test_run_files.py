@@ -1,0 +1,201 @@
+"""A run's own files under damage, foreign content and interruption: one clear line, nothing changed on disk."""
+
+import errno
+import json
+import os
+import shutil
+import stat
+
+import pytest
+import torch
+
+from identifiable_cl import rundir
+from identifiable_cl.cli import main
+from identifiable_cl.config import load_config
+from identifiable_cl.training import NonFiniteLoss, Trainer
+
+TINY = {
+    "dgp.mixing.cond_draws": 200, "encoder.widths": [16], "train.batch_size": 32, "train.steps": 20,
+    "train.log_every": 10, "train.eval_every": 10, "train.checkpoint_every": 10, "eval.n_fit": 64,
+    "eval.n_test": 64, "eval.final_n_fit": 128, "eval.final_n_test": 128, "eval.nonlinear": False,
+}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    run = tmp_path_factory.mktemp("finished") / "run"
+    Trainer.create(load_config(None, TINY), run, progress=False).run()
+    return run
+
+
+@pytest.fixture
+def run(finished, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(finished, copy)
+    return copy
+
+
+def snapshot(folder):
+    return {p.relative_to(folder): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("override, key", [("--train.steps=-5", "train.steps"), ("--loss.tau=0.5", "loss.tau"),
+                                           ("--eval.n_fit=1", "eval.n_fit")])
+def test_a_resume_that_fails_validation_changes_nothing(run, override, key, capsys):
+    before = snapshot(run)
+    assert main(["train", "--resume", str(run), override, "--quiet"]) == 2
+    assert key in capsys.readouterr().err
+    assert snapshot(run) == before
+
+
+class Payload:
+    """Unpickling this touches a file: a stand-in for code a crafted run file would execute."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (str(self.marker),))
+
+
+@pytest.mark.parametrize("name", [rundir.CHECKPOINT, rundir.DGP])
+def test_a_crafted_pickle_is_refused_and_never_runs(run, tmp_path, name, capsys):
+    marker = tmp_path / "executed"
+    torch.save({"state": Payload(marker)}, run / name)
+    with pytest.raises(ValueError, match="refused"):
+        rundir.load_torch(run / name)
+    assert main(["evaluate", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run / name}: refused" in err and "could run code" in err
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", [rundir.CHECKPOINT, rundir.DGP])
+def test_truncated_torch_files_name_the_file(run, name, capsys):
+    data = (run / name).read_bytes()
+    (run / name).write_bytes(data[: len(data) // 2])
+    assert main(["evaluate", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run / name}: truncated or not a torch file" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text, fragment", [
+    (b"\xff\xfe\x00garbage", "cannot be read as text"),
+    (b"train: {steps: many}\n", "train.steps='many' is invalid"),
+    (b"[1, 2]\n", "must hold a mapping"),
+    (b"", "is empty"),
+])
+def test_damaged_config_yaml_names_the_file(run, text, fragment, capsys):
+    (run / rundir.CONFIG).write_bytes(text)
+    assert main(["evaluate", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert str(run / rundir.CONFIG) in err and fragment in err
+
+
+def test_config_yaml_that_disagrees_with_dgp_pt_is_an_error(run, capsys):
+    text = (run / rundir.CONFIG).read_text()
+    (run / rundir.CONFIG).write_text(text.replace("scale: 0.1", "scale: 0.2", 1))
+    assert main(["evaluate", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "describe different processes" in err and "conditional" in err
+
+
+def test_evaluate_prints_its_table_before_writing(run, monkeypatch, capsys):
+    def read_only(path, data):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(rundir, "write_json", read_only)
+    assert main(["evaluate", str(run)]) == 1
+    captured = capsys.readouterr()
+    assert "linear R²" in captured.out
+    assert "evaluation.json: the file system is read-only" in captured.err
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_atomic_writes_honour_the_umask(tmp_path, mask, mode):
+    old = os.umask(mask)
+    try:
+        rundir.write_json(tmp_path / "a.json", {"x": 1})
+        rundir.save_torch(tmp_path / "b.pt", {"x": torch.zeros(1)})
+        rundir.save_npz(tmp_path / "c.npz", x=torch.zeros(1).numpy())
+    finally:
+        os.umask(old)
+    for name in ("a.json", "b.pt", "c.npz"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name
+
+
+def test_resume_removes_stale_temporaries(run):
+    stale = run / f".{rundir.CHECKPOINT}.k1ll3d{rundir.TMP_SUFFIX}"
+    stale.write_bytes(b"half a checkpoint")
+    Trainer.resume(run, progress=False)
+    assert not stale.exists() and (run / rundir.CHECKPOINT).exists()
+
+
+@pytest.mark.parametrize("factor", [float("nan"), 1e22])
+def test_a_diverged_loss_records_why_it_stopped(tmp_path, monkeypatch, factor, capsys):
+    import identifiable_cl.training as training
+
+    real = training.train_step
+    monkeypatch.setattr(training, "train_step", lambda c: real(c) * (factor if c.step >= 14 else 1.0))
+    with pytest.raises(NonFiniteLoss):
+        Trainer.create(load_config(None, TINY), tmp_path / "run", progress=False).run()
+    stopped = json.loads((tmp_path / "run" / rundir.STOPPED).read_text())
+    assert stopped["first_step"] == 11 and stopped["last_step"] == 20 and stopped["checkpoint_step"] == 10
+    assert "train.loss_limit=1e+06" in stopped["reason"]
+    assert not (tmp_path / "run" / rundir.SUMMARY).exists()
+    assert main(["results", str(tmp_path)]) == 0
+    assert "the loss became NaN, inf or larger in magnitude" in capsys.readouterr().out
+
+
+def test_without_a_loss_limit_only_non_finite_losses_stop(tmp_path, monkeypatch):
+    import identifiable_cl.training as training
+
+    real = training.train_step
+    monkeypatch.setattr(training, "train_step", lambda c: real(c) * 1e22)
+    summary = Trainer.create(load_config(None, {**TINY, "train.loss_limit": None}), tmp_path / "run", progress=False).run()
+    assert summary["steps"] == 20
+
+
+def test_ctrl_c_keeps_the_checkpoint_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    import identifiable_cl.training as training
+
+    real = training.train_step
+
+    def interrupted(c):
+        if c.step == 15:
+            raise KeyboardInterrupt
+        return real(c)
+
+    monkeypatch.setattr(training, "train_step", interrupted)
+    run_dir = tmp_path / "run"
+    args = ["train", *(f"--{k}={v}" for k, v in TINY.items()), "--run-dir", str(run_dir), "--quiet"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "interrupted at step 15 of 20; the checkpoint of step 10 is kept" in err
+    assert f"icl train --resume {run_dir}" in err
+    monkeypatch.setattr(training, "train_step", real)
+    assert main(["train", "--resume", str(run_dir), "--quiet"]) == 0
+
+
+def test_out_that_is_a_file_is_one_line(tmp_path, capsys):
+    out = tmp_path / "runs"
+    out.write_text("not a folder")
+    assert main(["train", *(f"--{k}={v}" for k, v in TINY.items()), "--out", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "is a file, not a folder" in err and "Traceback" not in err
+
+
+def test_metrics_with_a_torn_last_line_are_read_and_a_damaged_one_is_named(run):
+    path = run / rundir.METRICS
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines) + '\n{"step": 30, "lo')
+    assert [r["step"] for r in rundir.read_metrics(run)] == [10, 20]
+    path.write_text(lines[0] + "\nnot json\n" + lines[1] + "\n")
+    with pytest.raises(ValueError, match=f"{rundir.METRICS}: line 2 is not JSON"):
+        rundir.read_metrics(run)
+
+
+def test_damaged_summary_names_the_file(run):
+    (run / rundir.SUMMARY).write_text("[1, 2]")
+    with pytest.raises(ValueError, match="summary.json: expected a JSON object"):
+        rundir.read_json(run / rundir.SUMMARY)

@@ -3,7 +3,9 @@
 - ``none``: no separate negatives (``sample`` returns None).
 - ``marginal``: fresh draws from p(z): ``(num, n)`` shared by the whole batch (``num`` defaults to the batch
   size), or ``(B, k, n)`` with ``per_anchor: k``.
-- ``tilted``: hard negatives, ``num`` per anchor, from q_β(z⁻|z) ∝ exp(β zᵀz⁻) p(z⁻) (REFERENCE §3), shape
+- ``tilted``: hard negatives, ``num`` per anchor, from q_β(z⁻|z) ∝ exp(β zᵀz⁻) p(z⁻) (the marginal tilted towards
+  the anchor: the hard-negative distribution of Robinson et al., Contrastive Learning with Hard Negative
+  Samples, ICLR 2021, written in the latent space instead of the representation space), shape
   ``(B, num, n)``. Exact where the marginal has a closed form (its ``sample_tilted``: uniform on the
   sphere of radius r → z⁻ = r·vMF(z/r, β r²); uniform on the box → truncated exponentials; normal → shifted
   normal). Otherwise sampling-importance-resampling: a fresh pool of ``pool`` marginal draws per call, shared by

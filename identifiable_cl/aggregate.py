@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import yaml
 
-from identifiable_cl.config import flat_keys
+from identifiable_cl.config import flat_keys, read_yaml_mapping
 from identifiable_cl.rundir import CONFIG, DGP, STOPPED, SUMMARY, is_run_dir, read_json
 from identifiable_cl.sweeps.local import LOG, PARAMS, RUN, STATUS, read_params, read_status
 
@@ -97,15 +96,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     """The YAML mapping in ``path``, empty when it is missing; a ValueError naming it when damaged."""
-    if not path.exists():
-        return {}
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot be read as YAML ({exc})") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping, found {type(data).__name__}")
-    return data
+    return dict(read_yaml_mapping(path, "file")) if path.exists() else {}
 
 
 def _damaged(folder: Path, exc: ValueError) -> Run:

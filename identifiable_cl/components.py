@@ -198,11 +198,13 @@ def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_
     for key in overrides or {}:
         if key.split(".")[0] not in RESUMABLE:
             fail(key, overrides[key], "cannot be changed on resume; only train.*, eval.*, device and wandb.* can")
-    config = merge_layer(config, overrides or {}, "the command line")
     try:
         check(config)
     except ValueError as exc:
         raise ValueError(f"{run_dir / rundir.CONFIG}: {exc}") from exc
+    if overrides:
+        config = merge_layer(config, overrides, "the command line")
+        check(config)
     saved = rundir.load_torch(run_dir / rundir.DGP)
     try:
         process = dgp.load_process(saved)
@@ -218,8 +220,9 @@ def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_
         )
     c = build(config, process=process)
     if checkpoint.is_file():
+        state = rundir.load_torch(checkpoint)
         try:
-            restore(c, rundir.load_torch(checkpoint))
+            restore(c, state)
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:
             raise ValueError(f"{checkpoint}: does not fit the run's config or is damaged ({exc})") from exc
     return c

@@ -340,20 +340,21 @@ def resolve_config_path(path: str | Path) -> Path:
     )
 
 
-def read_layer(path: Path) -> Mapping[str, Any]:
-    """The mapping a YAML config file holds; a ValueError naming the file otherwise."""
+def read_yaml_mapping(path: Path, what: str = "config file") -> Mapping[str, Any]:
+    """The mapping a YAML file holds; a ValueError naming the file (as ``what``) otherwise."""
     try:
-        text = path.read_text()
+        text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"config file {str(path)!r} cannot be read as text: {exc}") from exc
+        raise ValueError(f"{what} {str(path)!r} cannot be read as text: {exc}") from exc
     try:
         layer = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ValueError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
+        raise ValueError(f"{what} {str(path)!r} is not valid YAML: {exc}") from exc
     if layer is None:
-        raise ValueError(f"config file {str(path)!r} is empty: give at least one key (no file means the defaults)")
+        raise ValueError(f"{what} {str(path)!r} is empty" + (": give at least one key (no file means the defaults)"
+                                                             if what == "config file" else ""))
     if not isinstance(layer, Mapping):
-        raise ValueError(f"config file {str(path)!r} must hold a mapping, not {type(layer).__name__}")
+        raise ValueError(f"{what} {str(path)!r} must hold a mapping, not {type(layer).__name__}")
     return layer
 
 
@@ -368,7 +369,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mappi
     config = copy.deepcopy(DEFAULTS)
     if path is not None:
         path = resolve_config_path(path)
-        config = merge_layer(config, read_layer(path), str(path))
+        config = merge_layer(config, read_yaml_mapping(path), str(path))
     if not isinstance(overrides, Mapping):
         overrides = parse_overrides(overrides)
     config = merge_layer(config, overrides, "the command line")

@@ -1,4 +1,6 @@
-"""Encoders f: x -> h. The default is the reference MLP of Z21/vK21/R24 (REFERENCE §2).
+"""Encoders f: x -> h. The default is the reference MLP of Z21/vK21/R24: the encoder trained by the official
+codes of Zimmermann et al. 2021 (brendel-group/cl-ica), von Kügelgen et al. 2021
+(ysharma1126/ssl_identifiability) and Rusak et al. 2024 (brendel-group/AnInfoNCE).
 
 An encoder is registered in :data:`ENCODERS` and
 constructed as ``cls(*, input_dim, latent_dim, **options)``: the caller supplies

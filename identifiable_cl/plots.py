@@ -140,8 +140,8 @@ def draw_figures(run_dir: str | Path) -> dict[str, Path]:
     figures = {}
     readout = run_dir / rundir.READOUT
     if readout.exists():
-        with np.load(readout) as data:
-            figures["latents"] = latents_figure(data["z"], data["z_hat"], data["r2_per_dim"])
+        data = rundir.load_npz(readout, ("z", "z_hat", "r2_per_dim"))
+        figures["latents"] = latents_figure(data["z"], data["z_hat"], data["r2_per_dim"])
     if records:
         figures["training"] = training_figure(records, summary)
     evaluated = [r for r in records if "lambda_true" in r]

@@ -126,6 +126,15 @@ def save_npz(path: Path, **arrays: Any) -> None:
     _atomic(path, write)
 
 
+def load_npz(path: Path, keys: Iterable[str]) -> dict[str, np.ndarray]:
+    """The arrays ``keys`` of a file written by :func:`save_npz` (never unpickled); a ValueError naming it."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in keys}
+    except (OSError, ValueError, KeyError, EOFError) as exc:
+        raise ValueError(f"{path}: not a readout file with arrays {', '.join(keys)} ({exc})") from exc
+
+
 def load_torch(path: Path) -> Any:
     """A file written by :func:`save_torch`, read with ``weights_only=True``: tensors and plain
     containers only, so a crafted file cannot run code. Every failure is a ValueError naming it."""
@@ -148,9 +157,9 @@ def write_config(run_dir: Path, config: Mapping[str, Any]) -> None:
 
 def read_config(run_dir: Path) -> dict[str, Any]:
     """The run's saved config, with the defaults of keys added since it was saved."""
-    from identifiable_cl.config import fill_new_keys, read_layer
+    from identifiable_cl.config import fill_new_keys, read_yaml_mapping
 
-    return fill_new_keys(copy.deepcopy(dict(read_layer(Path(run_dir) / CONFIG))))
+    return fill_new_keys(copy.deepcopy(dict(read_yaml_mapping(Path(run_dir) / CONFIG))))
 
 
 def append_metrics(run_dir: Path, records: Iterable[Mapping[str, Any]]) -> None:

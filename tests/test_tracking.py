@@ -141,6 +141,7 @@ def test_offline_run_logs_records_figures_summary_and_sweep_parameters(tmp_path,
     monkeypatch.setenv("WANDB_SWEEP_ID", "sweep123")
     monkeypatch.setenv("WANDB_RUN_ID", "abcd1234")
     monkeypatch.setenv("WANDB_SWEEP_PARAM_PATH", str(params))
+    wandb.teardown()  # W&B reads these variables when it is set up: forget a set-up by an earlier test
     run_dir = tmp_path / "run"
     config = {"seed": 2, "loss": {"name": "infonce", "tau": 0.3}, "wandb": {"project": "identifiable-cl", "tags": ["t1"]}}
     tracker = open_wandb(config, run_dir)

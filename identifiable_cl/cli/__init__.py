@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
 import sys
 from typing import Sequence
 
@@ -68,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (NonFiniteLoss, Interrupted) as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (``icl results ... | head``): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"{name}: interrupted; files already written are kept", file=sys.stderr)
         return 130

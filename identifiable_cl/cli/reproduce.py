@@ -5,11 +5,34 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from identifiable_cl.reproduce.experiment import EXPERIMENTS_DIR, SCALES, experiment_names
+from identifiable_cl.reproduce.experiment import EXPERIMENTS_DIR, SCALES, experiment_names, load_experiment
 from identifiable_cl.reproduce.runner import DEFAULT_OUT, reproduce
 
 
+def list_experiments() -> int:
+    """Print every packaged experiment with its title, one a line."""
+    names = experiment_names()
+    if not names:
+        print(f"no experiments in {EXPERIMENTS_DIR}")
+        return 0
+    width = max(len(n) for n in names)
+    for name in names:
+        try:
+            title = load_experiment(name).title
+        except ValueError as exc:
+            title = f"(invalid: {exc})"
+        print(f"{name:<{width}}  {title}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.list:
+        if args.name is not None:
+            raise ValueError(f"--list takes no experiment name (got {args.name!r})")
+        return list_experiments()
+    if args.name is None:
+        raise ValueError("the experiment NAME is required (`icl reproduce --list` shows them); experiments: "
+                         f"{', '.join(experiment_names()) or 'none'}")
     command = "icl reproduce " + " ".join(
         shlex.quote(str(a)) for a in (args.name, "--scale", args.scale, "--seeds", args.seeds, "--workers", args.workers)
     ) + (f" --pack {args.pack}" if args.pack > 1 else "") + (f" --out {shlex.quote(str(args.out))}" if args.out else "")
@@ -29,7 +52,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "baseline, a verdict per claim, and figures. Rerunning skips finished runs.",
         epilog=f"experiments in {EXPERIMENTS_DIR}: {', '.join(experiment_names()) or 'none'}",
     )
-    p.add_argument("name", help="experiment name (a folder of experiments/) or the path of its folder")
+    p.add_argument("name", nargs="?",
+                   help="experiment name (a folder of experiments/) or the path of its folder; required unless --list")
+    p.add_argument("--list", action="store_true", help="list the packaged experiments with their titles and exit")
     p.add_argument("--scale", choices=SCALES, default="smoke",
                    help="paper: the published settings; smoke: reduced for a CPU (default); tiny: a few steps, "
                    "checks the plumbing only")

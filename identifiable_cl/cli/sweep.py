@@ -1,14 +1,89 @@
-"""``icl sweep run|submit|check``: sweep files on this machine, on a cluster, or just checked."""
+"""``icl sweep run|submit|check|list|copy``: sweep files on this machine, on a cluster, just checked, or the
+packaged ones listed and copied.
+
+Wherever a sweep file is expected, the name of a packaged sweep file (``sweeps/NAME.yaml`` of the source
+tree, installed with the package) is accepted too when no file of that name exists.
+"""
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
+import yaml
+
+from identifiable_cl.packaged import SWEEPS_DIR
 from identifiable_cl.sweeps.spec import load_sweep
 
 DEFAULT_OUT = "runs/sweeps"
+SUFFIX = ".yaml"
+
+
+def sweep_names() -> list[str]:
+    """The packaged sweep files, by name (the file name without ``.yaml``)."""
+    return sorted(p.stem for p in SWEEPS_DIR.glob(f"*{SUFFIX}"))
+
+
+def packaged_sweep(name: str) -> Path:
+    """The packaged sweep file ``name`` (with or without ``.yaml``); ValueError listing the names if there is none."""
+    stem = name.removesuffix(SUFFIX)
+    if stem not in sweep_names():
+        raise ValueError(f"no packaged sweep {name!r}; packaged sweeps: {', '.join(sweep_names()) or 'none'}")
+    return SWEEPS_DIR / f"{stem}{SUFFIX}"
+
+
+def sweep_file(arg: str) -> Path:
+    """The sweep file an argument names: an existing file, else a packaged sweep of that name."""
+    path = Path(arg)
+    if path.is_file():
+        return path
+    try:
+        return packaged_sweep(arg)
+    except ValueError:
+        raise ValueError(
+            f"sweep file {arg!r} does not exist and is not a packaged sweep; packaged sweeps: "
+            f"{', '.join(sweep_names()) or 'none'}"
+        ) from None
+
+
+def _summary(path: Path) -> str:
+    """One line about a sweep file: its method and description (or its first comment line)."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        return "(not valid YAML)"
+    raw = raw if isinstance(raw, dict) else {}
+    text = raw.get("description")
+    if not isinstance(text, str) or not text.strip():
+        comments = [line.lstrip("#").strip() for line in path.read_text().splitlines() if line.startswith("#")]
+        text = next((c for c in comments if c), "")
+    return f"{raw.get('method', '?')!s:<8} {' '.join(str(text).split())}".rstrip()
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    names = sweep_names()
+    if not names:
+        print(f"no sweep files in {SWEEPS_DIR}")
+        return 0
+    width = max(len(n) for n in names)
+    for name in names:
+        print(f"{name:<{width}}  {_summary(SWEEPS_DIR / f'{name}{SUFFIX}')}")
+    return 0
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    source = packaged_sweep(args.name)
+    dest = Path(args.dest)
+    if dest.is_dir() or dest.suffix not in (".yaml", ".yml"):
+        dest = dest / source.name
+    if dest.exists():
+        raise ValueError(f"{dest} already exists; not overwritten (remove it or give another DEST)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, dest)
+    print(f"copied sweep {source.stem} to {dest}")
+    return 0
 
 
 def _devices(text: str | None) -> list[str] | None:
@@ -24,7 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from identifiable_cl.sweeps.local import run_sweep
     from identifiable_cl.sweeps.plan import plan_runs, rendered_train_arguments
 
-    spec = load_sweep(args.file)
+    spec = load_sweep(sweep_file(args.file))
     if args.dry_run:
         for run in plan_runs(spec, args.out, count=args.count, seed=args.seed):
             print(f"{run.run_id}  {' '.join(rendered_train_arguments(spec, run.params)[1])}")
@@ -39,7 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     from identifiable_cl.sweeps.submit import make_executor, submit_offline, submit_online
 
-    spec = load_sweep(args.file, local=args.sweep_id is None)
+    spec = load_sweep(sweep_file(args.file), local=args.sweep_id is None)
     if args.sweep_id is not None and args.count is None:
         raise ValueError("--count: required with --sweep-id (the number of agent jobs, one run each)")
     folder = Path(args.out) / spec.name / "submitit"
@@ -77,7 +152,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     bad = 0
     for file in args.files:
         try:
-            spec = load_sweep(file, local=False)
+            spec = load_sweep(sweep_file(file), local=False)
             if local_problems(spec):
                 print(f"{file}: ok for a W&B server (method {spec.method}); `icl sweep run` cannot run it")
                 continue
@@ -91,12 +166,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``sweep`` with ``run``, ``submit`` and ``check`` to the ``icl`` subcommands."""
+    """Add ``sweep`` with ``run``, ``submit``, ``check``, ``list`` and ``copy`` to the ``icl`` subcommands."""
     parser = subparsers.add_parser(
         "sweep",
         help="run a W&B sweep file locally or on a cluster",
         description="Sweep files are plain W&B sweep YAML (sweeps/*.yaml). Online: `wandb sweep FILE` then "
-        "`wandb agent SWEEP_ID`. Offline, without a W&B server: `icl sweep run FILE`.",
+        "`wandb agent SWEEP_ID`. Offline, without a W&B server: `icl sweep run FILE`. FILE may also be the name "
+        "of a packaged sweep file (`icl sweep list`); `icl sweep copy NAME` copies one to edit.",
     )
     sub = parser.add_subparsers(dest="sweep_command", metavar="SUBCOMMAND", required=True)
 
@@ -111,7 +187,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Expand a grid/random sweep with W&B's semantics and run each `icl train` in a subprocess "
         "with the environment a W&B agent gives it, logging offline. Each run gets OUT/<sweep>/<run id>/.",
     )
-    p.add_argument("file", help="sweep YAML file")
+    p.add_argument("file", help="sweep YAML file, or the name of a packaged sweep file")
     common(p)
     p.add_argument("--workers", type=int, default=1, help="runs in parallel (default: 1)")
     p.add_argument("--devices", help="comma-separated GPU ids, assigned round-robin to the workers (CUDA_VISIBLE_DEVICES)")
@@ -127,7 +203,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Offline: one array task per expanded run. Online (--sweep-id): --count tasks, each running "
         "`wandb agent --count 1 SWEEP_ID`.",
     )
-    p.add_argument("file", help="sweep YAML file")
+    p.add_argument("file", help="sweep YAML file, or the name of a packaged sweep file")
     p.add_argument("--cluster", required=True, choices=["slurm", "local", "debug"])
     common(p)
     p.add_argument("--sweep-id", help="an online W&B sweep (entity/project/id): run W&B agents instead")
@@ -144,7 +220,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "check",
         help="check sweep files without running them: W&B's schema, config keys, and every planned run's config",
     )
-    p.add_argument("files", nargs="+", help="sweep YAML files")
+    p.add_argument("files", nargs="+", help="sweep YAML files, or names of packaged sweep files")
     common(p)
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("list", help="list the packaged sweep files: name, method and description")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser(
+        "copy",
+        help="copy a packaged sweep file to edit it",
+        description="Copy the packaged sweep file NAME.yaml to DEST: a folder (default: the current one) or a "
+        ".yaml file path. An existing file is never overwritten.",
+    )
+    p.add_argument("name", help="a packaged sweep file (see `icl sweep list`)")
+    p.add_argument("dest", nargs="?", default=".", help="target folder or .yaml file (default: the current folder)")
+    p.set_defaults(func=cmd_copy)
     return parser

@@ -83,7 +83,7 @@ def cmd_train_pack_file(args: argparse.Namespace) -> int:
 
     try:
         entries = json.loads(Path(args.pack_file).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"--pack-file {args.pack_file!r}: cannot be read as JSON ({exc})") from exc
     runs = []
     for entry in entries:

@@ -27,6 +27,9 @@ override; a layer that changes a component's ``name`` drops the options earlier
 layers gave that component (as :func:`identifiable_cl.config.merge_layer` does).
 The ``tiny`` scale is ``smoke`` with :data:`TINY` on top: a few steps and small
 evaluation samples, to check the plumbing, not the claims.
+
+The experiment folders are found through :mod:`identifiable_cl.packaged`, in a wheel as in a
+source checkout.
 """
 
 from __future__ import annotations
@@ -36,14 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
-from identifiable_cl.config import COMPONENT_SECTIONS, load_config
+from identifiable_cl.config import COMPONENT_SECTIONS, load_config, read_yaml_mapping
+from identifiable_cl.packaged import EXPERIMENTS_DIR
 from identifiable_cl.reproduce.claims import Claim
 from identifiable_cl.sweeps.spec import is_config_key, parse_sweep
 
-EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"
-"""The ``experiments/`` folder of the source tree."""
+
 FILE = "experiment.yaml"
 SCALES = ("paper", "smoke", "tiny")
 DATA_SCALES = ("paper", "smoke")
@@ -278,11 +279,7 @@ def load_experiment(name: str | Path, root: Path = EXPERIMENTS_DIR) -> Experimen
     if not path.is_file():
         known = ", ".join(experiment_names(root)) or "none"
         raise ValueError(f"experiment {str(name)!r} not found (no {FILE}); experiments in {root}: {known}")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
-    return parse_experiment(raw, path.parent, str(path))
+    return parse_experiment(dict(read_yaml_mapping(path, "experiment file")), path.parent, str(path))
 
 
 def check_experiment(experiment: Experiment, scales: tuple[str, ...] = SCALES) -> None:

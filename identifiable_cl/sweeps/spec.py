@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
 from identifiable_cl.sweeps import schema
 
@@ -166,11 +165,9 @@ def load_sweep(path: str | Path, *, local: bool = True) -> SweepSpec:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"sweep file {str(path)!r} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"sweep file {path}: not valid YAML: {exc}") from exc
-    spec = parse_sweep(raw, str(path))
+    from identifiable_cl.config import read_yaml_mapping
+
+    spec = parse_sweep(dict(read_yaml_mapping(path, "sweep file")), str(path))
     if local:
         problems = local_problems(spec)
         if problems:

@@ -108,7 +108,7 @@ def test_independent_marginal_is_standard_normal():
 
 
 def test_content_uses_sigma_c_and_style_uses_sigma_s():
-    """Regression (REFERENCE §6): late-bound closures made content sample with the style covariance."""
+    """Regression for a defect of a reference code: late-bound closures made content sample with the style covariance."""
     marginal = ContentStyleMarginal(space(), rng(5), dependence=True)
     sigma_c, sigma_s = marginal.sigma_content.numpy(), marginal.sigma_style.numpy()
     assert whitened_deviation(sigma_s, sigma_c) > 0.5
@@ -124,7 +124,7 @@ def test_content_uses_sigma_c_and_style_uses_sigma_s():
 
 
 def test_covariances_are_drawn_once_for_all_batches():
-    """Regression (REFERENCE §6): Σ re-drawn per batch averages to E[Σ] = k·I, erasing the dependence."""
+    """Regression for a defect of a reference code: Σ re-drawn per batch averages to E[Σ] = k·I, erasing the dependence."""
     marginal = ContentStyleMarginal(space(), rng(7), dependence=True)
     sigma_c = marginal.sigma_content.clone()
     z = many_batches(marginal, 40, 1000, seed=8)

@@ -107,7 +107,7 @@ def test_every_parameter_reaches_the_optimizer():
 
 @pytest.mark.parametrize("head", [None, [3]])
 def test_gradient_reaches_every_output_dimension(head):
-    """REFERENCE §6: a combined loss sliced z[:, 0:-1] and dropped the last dimension."""
+    """Regression for a defect of a reference code: a combined loss sliced z[:, 0:-1] and dropped the last dimension."""
     h, hp, _ = batch(6, 4, seed=3)
     ensemble = build(
         [

@@ -168,7 +168,8 @@ def test_learnable_temperature():
 
 
 def test_masks_follow_the_batch_size():
-    """REFERENCE §6: masks hard-coded to one device and batch size. One module, B = 4 then 7."""
+    """Regression for a defect of the reference codes: loss masks hard-coded to one device and batch size.
+    One module, B = 4 then 7."""
     for negatives in NEGATIVE_SETS:
         loss = InfoNCE(dim=3, similarity="l2", negatives=negatives)
         for B in (4, 7, 4):

@@ -17,12 +17,14 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 from torch import Tensor, nn
 
 from dgp import checks
+from dgp.files import load_tensors
 from dgp.conditionals import CONDITIONALS
 from dgp.marginals import MARGINALS
 from dgp.mixing import MIXINGS
@@ -217,14 +219,21 @@ class Process(nn.Module):
             f"observed through {self.mixing.describe()}."
         )
 
-    def to_file(self) -> dict[str, Any]:
-        """Everything needed to rebuild this exact process (see :func:`load_process`)."""
+    def to_dict(self) -> dict[str, Any]:
+        """Everything needed to rebuild this exact process: config, seed, fingerprint and drawn
+        parameters, as plain containers and CPU tensors (see :func:`load_process`)."""
         return {
             "config": self.config,
             "seed": self.seed,
             "fingerprint": self.fingerprint(),
             "state": {k: v.detach().cpu() for k, v in self.state_dict().items()},
         }
+
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`to_dict` to ``path`` (a ``dgp.pt`` file, read back by :func:`load_process`)."""
+        path = Path(path)
+        torch.save(self.to_dict(), path)
+        return path
 
 
 def build_process(config: Mapping[str, Any] | None = None, seed: int = 0) -> Process:
@@ -241,15 +250,19 @@ def check_process(config: Mapping[str, Any] | None = None, seed: int = 0) -> Pro
 
 
 SAVED_KEYS = ("config", "seed", "fingerprint", "state")
-"""What :meth:`Process.to_file` writes."""
+"""What :meth:`Process.to_dict` holds."""
 
 
-def load_process(saved: Mapping[str, Any], device: torch.device | str = "cpu") -> Process:
-    """Rebuild a process saved with :meth:`Process.to_file`, with its saved parameters loaded.
+def load_process(saved: Mapping[str, Any] | str | Path, device: torch.device | str = "cpu") -> Process:
+    """Rebuild a process from :meth:`Process.to_dict`'s mapping or a file :meth:`Process.save` wrote
+    (a run's ``dgp.pt``), with its saved parameters loaded.
 
-    The saved parameters, not fresh draws, are used; a fingerprint mismatch
-    means the file was altered and raises a ValueError.
+    The saved parameters, not fresh draws, are used; a fingerprint mismatch means the file was
+    altered and raises a ValueError. A file is read with ``weights_only=True``: one holding
+    anything but tensors and plain containers is refused, so it cannot run code.
     """
+    if isinstance(saved, (str, Path)):
+        saved = load_tensors(Path(saved))
     if not isinstance(saved, Mapping) or any(k not in saved for k in SAVED_KEYS):
         given = sorted(saved) if isinstance(saved, Mapping) else type(saved).__name__
         raise ValueError(f"a saved process is a mapping with keys {', '.join(SAVED_KEYS)}; got {given}")

@@ -1,4 +1,10 @@
-"""identifiable-cl: when does a contrastive loss recover the true latent factors?"""
+"""identifiable-cl: when does a contrastive loss recover the true latent factors?
+
+The Python API (:mod:`identifiable_cl.api`) is importable from here: ``load_config``, ``check``,
+``train``, ``load_run``, ``evaluate_run``, ``build``, ``Trainer``, ``build_process``,
+``load_process``, ``Process``, ``SCHEMA``. They load on first use, so ``import identifiable_cl``
+stays quick.
+"""
 
 from importlib import metadata
 
@@ -6,3 +12,22 @@ try:
     __version__ = metadata.version("identifiable-cl")
 except metadata.PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
+
+
+API = (
+    "Batch", "Components", "Process", "SCHEMA", "TrainedRun", "Trainer", "build", "build_process", "check",
+    "check_process", "evaluate_run", "load_config", "load_process", "load_run", "train",
+)
+"""The names of the Python API (:mod:`identifiable_cl.api`), available here."""
+
+
+def __getattr__(name: str):
+    if name in API:
+        from identifiable_cl import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'identifiable_cl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *API])

@@ -30,7 +30,7 @@ from identifiable_cl.rundir import CONFIG, DGP, STOPPED, SUMMARY, is_run_dir, re
 from identifiable_cl.sweeps.local import LOG, PARAMS, RUN, STATUS, read_params, read_status
 
 DEFAULT_METRICS = ("r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "mcc_block_aware")
-FORMATS = ("md", "csv", "json")
+FORMATS = ("md", "csv", "json", "latex")
 SEED = "seed"
 
 
@@ -122,7 +122,9 @@ def sweep_run(folder: Path) -> Run:
     except ValueError as exc:
         return _damaged(folder, exc)
     code = status.get("exit_code")
-    if code is None:
+    if status.get("state") == "stopped":
+        problem = f"stopped early by {status.get('stopped_by', 'the sweep')}, log {folder / LOG}"
+    elif code is None:
         problem = f"{status.get('state', 'not started')} (no exit code), log {folder / LOG}"
     elif code != 0:
         problem = f"exit {code}{stopped}, log {folder / LOG}"
@@ -247,7 +249,47 @@ def format_json(groups: Sequence[Group], keys: Sequence[str], metrics: Sequence[
     return json.dumps(rows, indent=2)
 
 
-FORMATTERS = {"md": format_md, "csv": format_csv, "json": format_json}
+LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
+    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "—": "---",
+}
+"""Characters that LaTeX reads as commands, and how each is written as text."""
+
+
+def latex_escape(text: str) -> str:
+    """``text`` as LaTeX text: ``_ % & # $ { } ~ ^ \\`` escaped (and ``—``, a missing value, as ``---``)."""
+    return "".join(LATEX_SPECIAL.get(char, char) for char in str(text))
+
+
+def _latex_cell(mean: float | None, std: float | None) -> str:
+    if mean is None:
+        return "---"
+    return f"{mean:.3f} $\\pm$ {std:.3f}" if std is not None else f"{mean:.3f}"
+
+
+def format_latex(groups: Sequence[Group], keys: Sequence[str], metrics: Sequence[str]) -> str:
+    """A booktabs ``tabular`` (needs ``\\usepackage{booktabs}``): one row per group, ``mean $\\pm$ std`` cells;
+    failed runs are listed after it as LaTeX comments."""
+    header = [*keys, *metrics, "n", "failed"]
+    lines = [
+        "\\begin{tabular}{" + "l" * len(keys) + "r" * (len(metrics) + 2) + "}",
+        "\\toprule",
+        " & ".join(latex_escape(h) for h in header) + " \\\\",
+        "\\midrule",
+    ]
+    for g in groups:
+        cells = [*(latex_escape(k) for k in g.key), *(_latex_cell(*g.stats(m)[:2]) for m in metrics),
+                 str(len(g.succeeded)), str(len(g.failed))]
+        lines.append(" & ".join(cells) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}"]
+    failed = [r for g in groups for r in g.failed]
+    if failed:
+        lines.append(f"% {len(failed)} failed run(s):")
+        lines += [" ".join(f"% - {r.path}: {r.problem}".split()) for r in failed]
+    return "\n".join(lines)
+
+
+FORMATTERS = {"md": format_md, "csv": format_csv, "json": format_json, "latex": format_latex}
 
 
 def results(
@@ -257,7 +299,7 @@ def results(
     metrics: Sequence[str] | None = None,
     fmt: str = "md",
 ) -> str:
-    """The aggregated table of all runs under ``paths`` in format ``fmt`` (md, csv or json)."""
+    """The aggregated table of all runs under ``paths`` in format ``fmt`` (one of :data:`FORMATS`)."""
     if fmt not in FORMATTERS:
         raise ValueError(f"--format {fmt!r}: allowed: {', '.join(FORMATS)}")
     runs = find_runs(paths)

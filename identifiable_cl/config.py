@@ -135,6 +135,10 @@ SCHEMA: dict[str, Leaf | Section] = {
     "wandb.tags": Leaf([], "list", "W&B tags"),
     "wandb.mode": Leaf(None, "str?", "online, offline, disabled, shared, or null (from WANDB_MODE)",
                        choices=(None, "online", "offline", "disabled", "shared")),
+    "wandb.entity": Leaf(None, "str?", "W&B entity (user or team), or null (from WANDB_ENTITY or the login)"),
+    "wandb.job_type": Leaf(None, "str?", "W&B job type, e.g. train or eval (from WANDB_JOB_TYPE)"),
+    "wandb.notes": Leaf(None, "str?", "W&B notes: a longer description of the run (from WANDB_NOTES)"),
+    "wandb.verbose": Leaf(False, "bool", "print W&B's own messages and capture the console; false: W&B stays silent"),
 }
 """Every key of the run config, in the order of :data:`DEFAULTS`.
 
@@ -168,15 +172,72 @@ DEFAULTS: dict[str, Any] = _tree(SCHEMA)
 _SECTIONS = {key.rsplit(".", 1)[0] for key in SCHEMA if "." in key} | set(COMPONENT_SECTIONS)
 
 
-def key_listing() -> str:
-    """Every config key with its default, allowed values and description (for ``icl train --help``)."""
-    lines = []
+def key_listing(components: bool = False) -> str:
+    """Every config key with its default, allowed values and description (for ``icl train --help``).
+
+    With ``components``, a table for ``icl config --keys``: each key's type, default, allowed values
+    and description; each component section's ``name`` with the registered names it allows, followed
+    by the options of its default component with their defaults (the section's, else the component's
+    own) and the description its docstring gives (:func:`dgp.registry.option_docs`).
+    """
+    if not components:
+        lines = []
+        for key, entry in SCHEMA.items():
+            if isinstance(entry, Section):
+                default = ", ".join(f"{k}={v}" for k, v in entry.default.items())
+                lines.append(f"  {key}.name ...  [{default}]  {entry.doc}")
+            else:
+                lines.append(f"  {key}={entry.default!r}  ({entry.describe()})  {entry.doc}")
+        return "\n".join(lines)
+
+    import inspect
+
+    import dgp  # noqa: F401  (registration)
+    import identifiable_cl.encoders  # noqa: F401
+    import identifiable_cl.losses  # noqa: F401
+    from dgp.registry import REGISTRIES, option_docs, option_parameters
+
+    def text(value: Any) -> str:
+        try:
+            out = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()
+        except yaml.YAMLError:
+            return repr(value)
+        return out[: -len("...")].strip() if out.endswith("\n...") else out
+
+    def kind_text(kind: str) -> str:
+        return kind[:-1] + " | null" if kind.endswith("?") else kind
+
+    rows = [("KEY", "TYPE", "DEFAULT", "ALLOWED", "DESCRIPTION")]
     for key, entry in SCHEMA.items():
-        if isinstance(entry, Section):
-            default = ", ".join(f"{k}={v}" for k, v in entry.default.items())
-            lines.append(f"  {key}.name ...  [{default}]  {entry.doc}")
-        else:
-            lines.append(f"  {key}={entry.default!r}  ({entry.describe()})  {entry.doc}")
+        if isinstance(entry, Leaf):
+            rows.append((key, kind_text(entry.kind), text(entry.default), entry.describe(), entry.doc))
+            continue
+        default = dict(entry.default)
+        last = key.rsplit(".", 1)[-1]
+        registry = next((REGISTRIES[k] for k in (last, last + "s", last + "es") if k in REGISTRIES), None)
+        allowed = " | ".join(registry.names()) if registry is not None else "a registered name"
+        rows.append((f"{key}.name", "component", str(default.get("name")), allowed, entry.doc))
+        if registry is None or default.get("name") not in registry:
+            continue
+        obj = registry.get(default["name"])
+        params, _ = option_parameters(obj)
+        docs = option_docs(obj)
+        for option, param in params.items():
+            if option not in default and param.default is inspect.Parameter.empty:
+                continue  # supplied by the caller when the component is built
+            value = default.get(option, param.default)
+            annotation = param.annotation
+            type_ = "" if annotation is inspect.Parameter.empty else getattr(annotation, "__name__", str(annotation))
+            type_ = re.sub(r"\bNone\b", "null", type_)
+            rows.append((f"  {key}.{option}", type_, text(value), f"option of {default['name']}", docs.get(option, "")))
+        for option in default:
+            if option != "name" and option not in params:
+                rows.append((f"  {key}.{option}", "", text(default[option]), f"option of {default['name']}", ""))
+    widths = [min(max(len(row[i]) for row in rows), cap) for i, cap in enumerate((34, 16, 18, 30))]
+    lines = []
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths)]
+        lines.append(("  " + "  ".join(cells) + "  " + row[-1]).rstrip())
     return "\n".join(lines)
 
 

@@ -19,7 +19,6 @@ import copy
 import json
 import math
 import os
-import pickle
 import platform
 import socket
 import subprocess
@@ -34,6 +33,7 @@ import torch
 import yaml
 
 import identifiable_cl
+from dgp.files import load_tensors
 
 CONFIG, META, DGP, CHECKPOINT, METRICS, SUMMARY, READOUT = (
     "config.yaml",
@@ -136,19 +136,8 @@ def load_npz(path: Path, keys: Iterable[str]) -> dict[str, np.ndarray]:
 
 
 def load_torch(path: Path) -> Any:
-    """A file written by :func:`save_torch`, read with ``weights_only=True``: tensors and plain
-    containers only, so a crafted file cannot run code. Every failure is a ValueError naming it."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise ValueError(
-            f"{path}: refused, it holds objects other than tensors and plain containers, so loading it "
-            "could run code; run files written by identifiable-cl never do"
-        ) from exc
-    except FileNotFoundError as exc:
-        raise ValueError(f"{path}: missing") from exc
-    except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise ValueError(f"{path}: truncated or not a torch file ({exc})") from exc
+    """A file written by :func:`save_torch`, read safely (:func:`dgp.files.load_tensors`)."""
+    return load_tensors(path)
 
 
 def write_config(run_dir: Path, config: Mapping[str, Any]) -> None:

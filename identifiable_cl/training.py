@@ -15,6 +15,7 @@ uninterrupted one).
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -111,6 +112,36 @@ def loss_metrics(c: Components, metrics: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def format_seconds(seconds: float) -> str:
+    """``36 s``, ``4 min 05 s``, ``2 h 07 min``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def progress_line(step: int, steps: int, loss: float, metrics: Mapping[str, Any] | None = None,
+                  rate: float | None = None) -> str:
+    """One line of progress for output that is not a terminal, e.g.
+    ``step 1500/3000  loss 1.2345  r2 0.912  mcc 0.934  41.2 steps/s  eta 36 s``.
+
+    ``metrics``: the latest evaluation (its linear R² and Pearson MCC are shown when given);
+    ``rate``: steps per second since the start (or resumption), from which the ETA follows.
+    """
+    width = len(str(steps))
+    parts = [f"step {step:>{width}}/{steps}", f"loss {loss:.4f}"]
+    if metrics:
+        if "r2_linear" in metrics:
+            parts.append(f"r2 {metrics['r2_linear']:.3f}")
+        if "mcc_pearson" in metrics:
+            parts.append(f"mcc {metrics['mcc_pearson']:.3f}")
+    if rate is not None and math.isfinite(rate) and rate > 0:
+        parts += [f"{rate:.1f} steps/s", f"eta {format_seconds((steps - step) / rate)}"]
+    return "  ".join(parts)
+
+
 def draw_figures_if_possible(run_dir: Path) -> dict[str, Path]:
     """The run's figures as PNG files, or none when matplotlib (the ``plots`` extra) is missing."""
     from identifiable_cl.plots import draw_figures
@@ -130,6 +161,8 @@ class Trainer:
         self.progress = progress
         self.tracker: Tracker = Tracker()
         self.wandb_id: str | None = None
+        self.wandb_name: str | None = None
+        """The W&B run name of a packed run (alone, ``WANDB_NAME``, ``wandb.name`` or the folder's name)."""
         """The W&B run id of a packed run (alone, ``WANDB_RUN_ID`` or W&B chooses)."""
         self.checkpoint_step: int | None = c.step if (self.run_dir / rundir.CHECKPOINT).exists() else None
 
@@ -144,7 +177,7 @@ class Trainer:
         run_dir.mkdir(parents=True, exist_ok=True)
         rundir.write_config(run_dir, c.config)
         rundir.write_json(run_dir / rundir.META, rundir.meta(c.device))
-        rundir.save_torch(run_dir / rundir.DGP, c.process.to_file())
+        rundir.save_torch(run_dir / rundir.DGP, c.process.to_dict())
         return cls(c, run_dir, progress=progress)
 
     @classmethod
@@ -198,7 +231,8 @@ class Trainer:
 
     def open(self, shared: bool = False) -> None:
         """Start the tracker (W&B) of this run (``shared``: beside other runs of this process)."""
-        self.tracker = open_tracker(self.c.config, self.run_dir, shared, self.wandb_id if shared else None)
+        self.tracker = open_tracker(self.c.config, self.run_dir, shared, self.wandb_id if shared else None,
+                                    self.wandb_name if shared else None)
 
     def close(self, summary: dict[str, Any] | None) -> None:
         """Log the figures of a finished run and finish its tracker (``None``: the run failed)."""
@@ -222,12 +256,18 @@ class Trainer:
         return self.c.step >= self.c.config["train"]["steps"]
 
     def begin(self) -> None:
-        """Before the first step: the identity baseline, the initial checkpoint, the progress bar."""
+        """Before the first step: the identity baseline, the initial checkpoint, the progress display.
+
+        ``progress``: True, the tqdm bar; None, the bar on a terminal, else one
+        :func:`progress_line` on stdout at every log and evaluation step; False, neither.
+        """
         c, t = self.c, self.c.config["train"]
         self._identity = self.identity()
         if c.step == 0:
             self.save_checkpoint()
-        self._bar = tqdm(total=t["steps"], initial=c.step, disable=self.progress is False or None, dynamic_ncols=True, desc="train")
+        self._lines = self.progress is None and not getattr(sys.stderr, "isatty", lambda: False)()
+        self._bar = tqdm(total=t["steps"], initial=c.step, disable=self.progress is False or self._lines,
+                         dynamic_ncols=True, desc="train")
         self._running = torch.zeros((), device=c.device, dtype=torch.float64)
         self._finite = torch.ones((), device=c.device, dtype=torch.bool)
         self._count, self._latest, self._started, self._start_step = 0, {}, time.perf_counter(), c.step
@@ -261,6 +301,9 @@ class Trainer:
             else:
                 self._bar.set_postfix(loss=f"{record['loss']:.4f}", refresh=False)
             self.record(record)
+            if self._lines and (log_now or eval_now):
+                rate = (c.step - self._start_step) / max(time.perf_counter() - self._started, 1e-9)
+                print(progress_line(c.step, t["steps"], record["loss"], self._latest, rate), flush=True)
             if ckpt_now:
                 self.save_checkpoint()
         self._bar.update(1)
@@ -314,9 +357,21 @@ class Trainer:
         rundir.save_npz(self.run_dir / rundir.READOUT, z=z, z_hat=z_hat, r2_per_dim=per_dim)
 
 
-def evaluate_run(run_dir: Path) -> dict[str, Any]:
-    """Final-size held-out metrics of a saved run's encoder beside the identity baseline (nothing is written)."""
-    c = load_run(run_dir)
+def evaluate_run(run_dir: Path, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Final-size held-out metrics of a saved run's encoder beside the identity baseline (nothing is written).
+
+    ``overrides`` (``{"eval.final_n_fit": 4096, ...}``) may change the ``eval.*`` keys only: how the
+    run is measured, never what was trained.
+    """
+    others = [key for key in overrides or {} if key != "eval" and not key.startswith("eval.")]
+    if others:
+        raise ValueError(
+            f"{', '.join(f'{k}={overrides[k]!r}' for k in others)}: only eval.* keys can be overridden when "
+            "evaluating a run (e.g. --eval.final_n_fit=4096); the rest of its config is the one it was trained with"
+        )
+    c = load_run(run_dir, overrides)
+    if overrides:
+        c.extra.pop("identity", None)  # the saved baseline was measured with the run's own eval settings
     trainer = Trainer(c, Path(run_dir), progress=False)
     c.extra.setdefault("wall_s", 0.0)
     c.extra.setdefault("steps_timed", 0)

@@ -1,3 +1,5 @@
+import shutil
+
 import pytest
 import torch
 
@@ -16,3 +18,32 @@ def gen():
 
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """Overrides that make a run take a few seconds: 20 steps, a one-layer encoder, small samples."""
+    return {
+        "dgp.mixing.cond_draws": 200, "encoder.widths": [16], "train.batch_size": 32, "train.steps": 20,
+        "train.log_every": 10, "train.eval_every": 10, "train.checkpoint_every": 10, "eval.n_fit": 64,
+        "eval.n_test": 64, "eval.final_n_fit": 128, "eval.final_n_test": 128, "eval.nonlinear": False,
+    }
+
+
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory, tiny):
+    """A finished tiny run (trained once per session; copy it with the ``run`` fixture before changing it)."""
+    from identifiable_cl.config import load_config
+    from identifiable_cl.training import Trainer
+
+    run = tmp_path_factory.mktemp("finished") / "run"
+    Trainer.create(load_config(None, tiny), run, progress=False).run()
+    return run
+
+
+@pytest.fixture
+def run(finished, tmp_path):
+    """A private copy of :func:`finished`."""
+    copy = tmp_path / "run"
+    shutil.copytree(finished, copy)
+    return copy

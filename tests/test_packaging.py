@@ -176,7 +176,7 @@ def test_sweep_commands_take_a_packaged_name(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["sweep", "check", "smoke", "r24_bayes.yaml", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
-    assert "smoke: ok, method grid, 4 runs" in out and "r24_bayes.yaml: ok for a W&B server" in out
+    assert "smoke: ok, method grid, 4 runs" in out and "r24_bayes.yaml: ok, method bayes" in out
     assert main(["sweep", "run", "smoke", "--dry-run", "--out", str(tmp_path / "out")]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 4
     assert main(["sweep", "check", "no_such_sweep"]) == 1

@@ -38,19 +38,33 @@ def test_readme_plugin_builds_and_trains(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]), WANDB_MODE="disabled")
     icl = [sys.executable, "-m", "identifiable_cl.cli"]
     plugins = subprocess.run(icl + ["plugins"], env=env, capture_output=True, text=True, check=True).stdout
-    assert re.search(r"align_uniform\s+entry point icl_align:AlignUniform \(icl-align 0.1.0\)", plugins)
-    assert re.search(r"jitter\s+entry point icl_align:Jitter", plugins)
-    run_dir = tmp_path / "run"
-    result = subprocess.run(
-        icl + ["train", "sphere", "--run-dir", str(run_dir), "--quiet", "--loss.name=align_uniform",
-               "--dgp.conditional.name=jitter", "--dgp.conditional.sigma=0.1", "--train.steps=5",
-               "--train.batch_size=32", "--encoder.widths=[16]", "--dgp.mixing.cond_draws=100",
-               "--eval.final_n_fit=256", "--eval.final_n_test=256", "--eval.nonlinear=False"],
-        env=env, capture_output=True, text=True,
-    )
-    assert result.returncode == 0, result.stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["steps"] == 5 and -1.0 <= summary["r2_linear"] <= 1.0
+    for name, target in (("torus", "Torus"), ("kumaraswamy", "Kumaraswamy"), ("jitter", "Jitter"),
+                         ("opposite", "Opposite"), ("rotated_tanh", "RotatedTanh"), ("linear", "LinearEncoder"),
+                         ("align_uniform", "AlignUniform")):
+        assert re.search(rf"{name}\s+entry point icl_align:{target} \(icl-align 0.1.0\)", plugins), name
+    small = ["--quiet", "--train.steps=5", "--train.batch_size=32", "--eval.final_n_fit=256", "--eval.final_n_test=256",
+             "--eval.nonlinear=False"]
+    mlp = ["--encoder.widths=[16]", "--dgp.mixing.cond_draws=100"]
+    every_kind = {
+        "sphere": ["sphere", "--loss.name=align_uniform", "--dgp.conditional.name=jitter", "--dgp.conditional.sigma=0.1",
+                   *mlp],
+        "torus": ["--dgp.space.name=torus", "--dgp.marginal.name=kumaraswamy", "--dgp.conditional.name=jitter",
+                  "--dgp.mixing.name=rotated_tanh", "--encoder.name=linear", "--encoder.sphere=True",
+                  "--loss.name=align_uniform"],
+        "negatives": ["--dgp.space.name=torus", "--dgp.marginal.name=kumaraswamy", "--dgp.conditional.name=jitter",
+                      "--dgp.negatives.name=opposite", "--loss.negatives=independent", *mlp],
+    }
+    for label, args in every_kind.items():
+        run_dir = tmp_path / label
+        result = subprocess.run(icl + ["train", *args, *small, "--run-dir", str(run_dir)], env=env,
+                                capture_output=True, text=True)
+        assert result.returncode == 0, (label, result.stderr)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["steps"] == 5 and -1.0 <= summary["r2_linear"] <= 1.0
     bad = subprocess.run(icl + ["train", "--run-dir", str(tmp_path / "bad"), "--loss.name=align_uniform", "--loss.tt=2"],
                          env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "loss.tt" in bad.stderr
+    # a saved run that needs a plugin which is no longer installed
+    gone = subprocess.run(icl + ["evaluate", str(tmp_path / "torus")], capture_output=True, text=True,
+                          env=dict(env, PYTHONPATH=str(ROOT)))
+    assert gone.returncode == 2 and "a plugin that provides it may be missing" in gone.stderr

@@ -3,7 +3,6 @@
 import errno
 import json
 import os
-import shutil
 import stat
 
 import pytest
@@ -14,25 +13,8 @@ from identifiable_cl.cli import main
 from identifiable_cl.config import load_config
 from identifiable_cl.training import NonFiniteLoss, Trainer
 
-TINY = {
-    "dgp.mixing.cond_draws": 200, "encoder.widths": [16], "train.batch_size": 32, "train.steps": 20,
-    "train.log_every": 10, "train.eval_every": 10, "train.checkpoint_every": 10, "eval.n_fit": 64,
-    "eval.n_test": 64, "eval.final_n_fit": 128, "eval.final_n_test": 128, "eval.nonlinear": False,
-}
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    run = tmp_path_factory.mktemp("finished") / "run"
-    Trainer.create(load_config(None, TINY), run, progress=False).run()
-    return run
-
-
-@pytest.fixture
-def run(finished, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(finished, copy)
-    return copy
 
 
 def snapshot(folder):
@@ -132,13 +114,13 @@ def test_resume_removes_stale_temporaries(run):
 
 
 @pytest.mark.parametrize("factor", [float("nan"), 1e22])
-def test_a_diverged_loss_records_why_it_stopped(tmp_path, monkeypatch, factor, capsys):
+def test_a_diverged_loss_records_why_it_stopped(tmp_path, monkeypatch, factor, capsys, tiny):
     import identifiable_cl.training as training
 
     real = training.train_step
     monkeypatch.setattr(training, "train_step", lambda c: real(c) * (factor if c.step >= 14 else 1.0))
     with pytest.raises(NonFiniteLoss):
-        Trainer.create(load_config(None, TINY), tmp_path / "run", progress=False).run()
+        Trainer.create(load_config(None, tiny), tmp_path / "run", progress=False).run()
     stopped = json.loads((tmp_path / "run" / rundir.STOPPED).read_text())
     assert stopped["first_step"] == 11 and stopped["last_step"] == 20 and stopped["checkpoint_step"] == 10
     assert "train.loss_limit=1e+06" in stopped["reason"]
@@ -147,16 +129,16 @@ def test_a_diverged_loss_records_why_it_stopped(tmp_path, monkeypatch, factor, c
     assert "the loss became NaN, inf or larger in magnitude" in capsys.readouterr().out
 
 
-def test_without_a_loss_limit_only_non_finite_losses_stop(tmp_path, monkeypatch):
+def test_without_a_loss_limit_only_non_finite_losses_stop(tmp_path, monkeypatch, tiny):
     import identifiable_cl.training as training
 
     real = training.train_step
     monkeypatch.setattr(training, "train_step", lambda c: real(c) * 1e22)
-    summary = Trainer.create(load_config(None, {**TINY, "train.loss_limit": None}), tmp_path / "run", progress=False).run()
+    summary = Trainer.create(load_config(None, {**tiny, "train.loss_limit": None}), tmp_path / "run", progress=False).run()
     assert summary["steps"] == 20
 
 
-def test_ctrl_c_keeps_the_checkpoint_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
+def test_ctrl_c_keeps_the_checkpoint_and_says_how_to_resume(tmp_path, monkeypatch, capsys, tiny):
     import identifiable_cl.training as training
 
     real = training.train_step
@@ -168,7 +150,7 @@ def test_ctrl_c_keeps_the_checkpoint_and_says_how_to_resume(tmp_path, monkeypatc
 
     monkeypatch.setattr(training, "train_step", interrupted)
     run_dir = tmp_path / "run"
-    args = ["train", *(f"--{k}={v}" for k, v in TINY.items()), "--run-dir", str(run_dir), "--quiet"]
+    args = ["train", *(f"--{k}={v}" for k, v in tiny.items()), "--run-dir", str(run_dir), "--quiet"]
     assert main(args) == 1
     err = capsys.readouterr().err
     assert "interrupted at step 15 of 20; the checkpoint of step 10 is kept" in err
@@ -177,10 +159,10 @@ def test_ctrl_c_keeps_the_checkpoint_and_says_how_to_resume(tmp_path, monkeypatc
     assert main(["train", "--resume", str(run_dir), "--quiet"]) == 0
 
 
-def test_out_that_is_a_file_is_one_line(tmp_path, capsys):
+def test_out_that_is_a_file_is_one_line(tmp_path, capsys, tiny):
     out = tmp_path / "runs"
     out.write_text("not a folder")
-    assert main(["train", *(f"--{k}={v}" for k, v in TINY.items()), "--out", str(out), "--quiet"]) == 1
+    assert main(["train", *(f"--{k}={v}" for k, v in tiny.items()), "--out", str(out), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert "is a file, not a folder" in err and "Traceback" not in err
 

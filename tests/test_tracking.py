@@ -104,13 +104,57 @@ def test_names_from_config_else_env_else_defaults(tmp_path):
     config = {"seed": 0, "wandb": {"project": "identifiable-cl", "group": None, "name": None, "tags": [], "mode": None}}
     kwargs = init_arguments(config, run_dir, env)
     assert kwargs["project"] == "identifiable-cl" and kwargs["name"] == "20260101-run" and kwargs["mode"] == "offline"
-    assert "group" not in kwargs and "tags" not in kwargs and kwargs["dir"] == str(run_dir) and kwargs["config"] == config
+    assert "group" not in kwargs and "tags" not in kwargs and kwargs["dir"] == str(run_dir)
+    assert not {"entity", "job_type", "notes"} & set(kwargs)
     env.update(WANDB_PROJECT="p-env", WANDB_RUN_GROUP="g-env", WANDB_NAME="n-env", WANDB_TAGS="a,b")
     kwargs = init_arguments(config, run_dir, env)
     assert not {"project", "group", "name", "tags"} & set(kwargs), "W&B reads its own variables"
     config["wandb"].update(project="p", group="g", name="n", tags=["t"])
     kwargs = init_arguments(config, run_dir, env)
     assert (kwargs["project"], kwargs["group"], kwargs["name"], kwargs["tags"]) == ("p", "g", "n", ["t"])
+    env.update(WANDB_ENTITY="e-env", WANDB_JOB_TYPE="j-env", WANDB_NOTES="notes-env")
+    config["wandb"].update(entity="team", job_type="eval", notes="a longer description")
+    kwargs = init_arguments(config, run_dir, env)
+    assert (kwargs["entity"], kwargs["job_type"], kwargs["notes"]) == ("team", "eval", "a longer description")
+
+
+def test_config_is_logged_once_as_flat_dotted_keys(tmp_path):
+    from identifiable_cl.config import flat_keys, load_config
+
+    config = load_config(None, {"loss.tau": 0.3})
+    kwargs = init_arguments(config, tmp_path / "run", {"NETRC": str(tmp_path / "absent")})
+    assert kwargs["config"] == flat_keys(config) and kwargs["config"]["loss.tau"] == 0.3
+    assert not any(isinstance(v, dict) and v for v in kwargs["config"].values()), "no nested duplicate"
+    assert not {"loss", "dgp", "train", "wandb"} & set(kwargs["config"])
+
+
+def test_wandb_is_silent_unless_verbose(tmp_path):
+    env = {"NETRC": str(tmp_path / "absent")}
+    assert init_arguments({"wandb": {}}, tmp_path / "run", env)["settings"] == {"silent": True, "console": "off"}
+    assert "settings" not in init_arguments({"wandb": {"verbose": True}}, tmp_path / "run", env)
+
+
+def test_entity_job_type_and_notes_reach_wandb_init(tmp_path, monkeypatch, no_credentials):
+    import wandb
+
+    seen = {}
+
+    class FakeRun:
+        pass
+
+    def fake_init(**kwargs):
+        seen.update(kwargs)
+        return FakeRun()
+
+    monkeypatch.setattr(wandb, "init", fake_init)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    config = {"seed": 1, "wandb": {"entity": "team", "job_type": "train", "notes": "first try", "verbose": False}}
+    tracker = open_wandb(config, tmp_path / "run")
+    assert isinstance(tracker.run, FakeRun)
+    assert (seen["entity"], seen["job_type"], seen["notes"]) == ("team", "train", "first try")
+    assert seen["config"] == {"seed": 1, "wandb.entity": "team", "wandb.job_type": "train",
+                              "wandb.notes": "first try", "wandb.verbose": False}
+    assert seen["settings"] == {"silent": True, "console": "off"} and seen["mode"] == "offline"
 
 
 def test_lists_become_one_scalar_per_entry():
@@ -159,7 +203,8 @@ def test_offline_run_logs_records_figures_summary_and_sweep_parameters(tmp_path,
     got = logged(run_dir)
     assert got["run"].run_id == "abcd1234" and got["run"].sweep_id == "sweep123"
     assert list(got["run"].tags) == ["t1"]
-    assert got["config"]["loss.tau"] == 0.3 and got["config"]["loss"] == {"name": "infonce", "tau": 0.3}
+    assert got["config"]["loss.tau"] == 0.3 and got["config"]["loss.name"] == "infonce"
+    assert "loss" not in got["config"] and "wandb" not in got["config"], "the config is logged once, flat"
     assert got["history"][10] == {"loss": 1.5}
     row = got["history"][20]
     assert row["loss"] == 1.25 and row["r2_linear"] == 0.5 and (row["lambda_learned/0"], row["lambda_learned/1"]) == (4.0, 20.0)
@@ -189,7 +234,7 @@ def test_trainer_run_logs_exactly_its_own_files(tmp_path, monkeypatch, no_creden
     import wandb
 
     from identifiable_cl import rundir
-    from identifiable_cl.config import load_config
+    from identifiable_cl.config import flat_keys, load_config
     from identifiable_cl.training import Trainer
 
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -207,5 +252,53 @@ def test_trainer_run_logs_exactly_its_own_files(tmp_path, monkeypatch, no_creden
         assert {k: row.get(k) for k in expected} == expected, record["step"]
     summary = rundir.read_json(run_dir / rundir.SUMMARY)
     assert {k: got["summary"].get(k) for k in summary} == summary
-    assert {k: got["config"][k] for k in config} == json.loads(json.dumps(config))
+    flat = json.loads(json.dumps(flat_keys(config)))
+    assert {k: got["config"].get(k) for k in flat} == flat
+    sections = set(config) - set(flat)
+    assert sections and not sections & set(got["config"]), "no nested duplicate of a section"
     assert list(got["run"].tags) == ["tracking-test"] and got["run"].display_name == "run"
+
+
+SWEEP_TINY = {
+    "dgp.mixing.cond_draws": 200, "encoder.widths": [16], "train.batch_size": 32, "train.steps": 20,
+    "train.log_every": 10, "train.eval_every": 10, "train.checkpoint_every": 10, "eval.n_fit": 64,
+    "eval.n_test": 64, "eval.final_n_fit": 128, "eval.final_n_test": 128, "eval.nonlinear": False,
+}
+
+
+def test_a_local_sweep_is_synced_by_one_glob(tmp_path, monkeypatch, no_credentials):
+    """The README's ``wandb sync OUT/SWEEP/*/run/wandb/offline-run-*`` names every run once, named by its parameters."""
+    import glob
+    import os
+
+    import yaml
+
+    from identifiable_cl.sweeps.local import run_sweep
+    from identifiable_cl.sweeps.spec import load_sweep
+
+    monkeypatch.setenv("ICL_CACHE", os.environ.get("ICL_CACHE") or str(Path.home() / ".cache" / "identifiable_cl"))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_ENTITY", raising=False)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(SWEEP_TINY))
+    path = tmp_path / "tiny-sweep.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "tiny", "method": "grid",
+        "command": ["${env}", sys.executable, "-m", "identifiable_cl.cli", "train", str(config), "--quiet", "${args}"],
+        "parameters": {"loss.tau": {"values": [0.1, 0.5]}, "seed": {"value": 3}},
+    }))
+    out = tmp_path / "out"
+    outcomes = run_sweep(load_sweep(path), out, workers=2, echo=lambda line: None)
+    assert [o.state for o in outcomes] == ["finished"] * 2, [(o.run.folder / "stdout.log").read_text() for o in outcomes]
+
+    found = sorted(glob.glob(f"{out}/tiny/*/run/wandb/offline-run-*"))
+    assert len(found) == 2 and {Path(f).parents[2].name for f in found} == {o.run.run_id for o in outcomes}
+    by_id = {Path(f).name.rsplit("-", 1)[1]: Path(f) for f in found}
+    assert set(by_id) == {o.run.wandb_id for o in outcomes}
+    for o in outcomes:
+        got = logged(o.run.folder / "run")
+        assert got["run"].run_id == o.run.wandb_id
+        assert got["run"].display_name == f"loss.tau={o.run.params['loss.tau']} seed=3"
+        assert got["run"].run_group == "tiny"
+        assert got["config"]["loss.tau"] == o.run.params["loss.tau"] and "loss" not in got["config"]
+        assert "wandb:" not in (o.run.folder / "stdout.log").read_text()

@@ -16,8 +16,10 @@ from typing import Sequence
 
 import identifiable_cl
 
-VERBS = ("train", "evaluate", "plugins", "bench", "sweep", "results", "plot", "reproduce")
+VERBS = ("train", "config", "evaluate", "plugins", "bench", "sweep", "results", "plot", "reproduce")
 """The subcommands, each the module ``identifiable_cl.cli.<verb>``."""
+OVERRIDE_VERBS = frozenset({"train", "config", "evaluate"})
+"""The subcommands that take ``--dotted.key=value`` config overrides (split off before argparse reads the rest)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     overrides: list[str] = []
-    if argv[:1] == ["train"]:
+    if argv[:1] and argv[0] in OVERRIDE_VERBS:
         options, overrides = arguments.split(argv[1:])
         argv = argv[:1] + options
     parser = build_parser()

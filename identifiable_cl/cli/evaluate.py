@@ -1,4 +1,5 @@
-"""``icl evaluate``: re-evaluate a saved run from its own files (saved process, last checkpoint)."""
+"""``icl evaluate``: re-evaluate a saved run from its own files (saved process, last checkpoint), optionally
+with other ``eval.*`` settings (``--eval.final_n_fit=4096``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from identifiable_cl.cli.tables import results_table
 
 def run(args: argparse.Namespace) -> int:
     from identifiable_cl import rundir
+    from identifiable_cl.config import parse_overrides
     from identifiable_cl.training import evaluate_run
 
-    summary = evaluate_run(Path(args.run_dir))
+    summary = evaluate_run(Path(args.run_dir), parse_overrides(args.overrides))
     print(results_table(summary))
     rundir.write_json(Path(args.run_dir) / rundir.EVALUATION, summary)
     print(f"written to {Path(args.run_dir) / rundir.EVALUATION}")
@@ -25,8 +27,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "evaluate",
         help="re-evaluate a saved run from its saved DGP and checkpoint",
         description="Final-size held-out metrics of the run's last checkpoint beside the identity baseline, "
-        "printed, then written to RUN_DIR/evaluation.json.",
+        "printed, then written to RUN_DIR/evaluation.json. The eval.* keys can be overridden as "
+        "--eval.key=value (e.g. --eval.final_n_fit=4096 --eval.nonlinear=False); the run's files are only read.",
     )
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", metavar="RUN_DIR")
     p.set_defaults(func=run)
     return p

@@ -1,8 +1,48 @@
-"""``icl plugins``: every registered component by kind and name, with where it came from."""
+"""``icl plugins``: every registered component by kind and name, with where it came from and its options."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
+from typing import Any
+
+SUPPLIED = {"losses": ("dim",), "encoders": ("input_dim", "latent_dim")}
+"""Options that ``icl`` itself passes when it builds a component of the kind (not set in a config)."""
+
+
+def _value(value: Any) -> str:
+    """A default as it is written in a YAML config (``null``, ``true``, ``[1, 2]``)."""
+    import yaml
+
+    try:
+        out = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()
+    except yaml.YAMLError:
+        return repr(value)
+    return out[: -len("...")].strip() if out.endswith("\n...") else out
+
+
+def option_lines(kind: str, obj: Any) -> list[str]:
+    """``name = default  description`` for each option of ``obj`` (indented for the listing)."""
+    from dgp.registry import option_docs, option_parameters
+
+    try:
+        params, var_kwargs = option_parameters(obj)
+    except (TypeError, ValueError) as exc:
+        return [f"    (options cannot be read: {exc})"]
+    docs = option_docs(obj)
+    cells = []
+    for name, param in params.items():
+        if name in SUPPLIED.get(kind, ()):
+            default = "(set by icl)"
+        elif param.default is inspect.Parameter.empty:
+            default = "(required)"
+        else:
+            default = f"= {_value(param.default)}"
+        cells.append((f"{name} {default}", docs.get(name, "")))
+    if var_kwargs:
+        cells.append(("**options", "takes any other option too"))
+    width = max((len(left) for left, _ in cells), default=0)
+    return [f"    {left:<{width}}  {doc}".rstrip() for left, doc in cells]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -11,15 +51,29 @@ def run(args: argparse.Namespace) -> int:
     import identifiable_cl.losses  # noqa: F401
     from dgp.registry import REGISTRIES
 
-    for kind in sorted(REGISTRIES):
+    kinds = sorted(REGISTRIES)
+    if args.kind is not None:
+        if args.kind not in REGISTRIES:
+            raise ValueError(f"--kind {args.kind!r} is not a kind of component; kinds: {', '.join(kinds)}")
+        kinds = [args.kind]
+    for kind in kinds:
         print(f"{kind}:")
         for entry in REGISTRIES[kind]:
             print(f"  {entry.name:<20} {entry.origin}")
+            for line in option_lines(kind, entry.obj):
+                print(line)
     return 0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``plugins`` to the ``icl`` subcommands."""
-    p = subparsers.add_parser("plugins", help="list every registered component by kind and name, with its origin")
+    p = subparsers.add_parser(
+        "plugins",
+        help="list every registered component by kind and name, with its origin and options",
+        description="Every registered component (built-in or from an installed plugin) by kind and name, "
+        "where it came from, and below it each option with its default and, where the component's "
+        "docstring documents it, what it means.",
+    )
+    p.add_argument("--kind", metavar="KIND", help="show this kind only (e.g. losses, conditionals)")
     p.set_defaults(func=run)
     return p

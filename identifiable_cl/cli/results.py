@@ -27,6 +27,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep output folders, run folders or run directories")
     p.add_argument("--group-by", metavar="KEYS", help="comma-separated config keys (default: the swept keys except seed)")
     p.add_argument("--metrics", metavar="KEYS", help=f"comma-separated summary keys (default: {','.join(DEFAULT_METRICS)})")
-    p.add_argument("--format", choices=FORMATS, default="md", help="md (default), csv or json")
+    p.add_argument("--format", choices=FORMATS, default="md", help="md (default), csv, json or latex (a booktabs tabular)")
     p.set_defaults(func=run)
     return p

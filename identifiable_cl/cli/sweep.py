@@ -100,6 +100,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     from identifiable_cl.sweeps.plan import plan_runs, rendered_train_arguments
 
     spec = load_sweep(sweep_file(args.file))
+    if spec.method == "bayes":
+        from identifiable_cl.sweeps.search import CHECKED_POINTS, check_space, run_search
+
+        if args.pack > 1:
+            raise ValueError("--pack: a bayes search proposes its runs one at a time; run it without --pack")
+        if args.dry_run:
+            check_space(spec)
+            print(f"{spec.source}: a bayes search proposes each run from the finished ones, so there is no plan to "
+                  f"print; {CHECKED_POINTS} random points of its space were checked")
+            return 0
+        outcomes = run_search(spec, args.out, workers=args.workers, count=args.count, seed=args.seed,
+                              devices=_devices(args.devices))
+        return 1 if any(o.state == "failed" for o in outcomes) else 0
     if args.dry_run:
         for run in plan_runs(spec, args.out, count=args.count, seed=args.seed):
             print(f"{run.run_id}  {' '.join(rendered_train_arguments(spec, run.params)[1])}")
@@ -155,6 +168,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             spec = load_sweep(sweep_file(file), local=False)
             if local_problems(spec):
                 print(f"{file}: ok for a W&B server (method {spec.method}); `icl sweep run` cannot run it")
+                continue
+            if spec.method == "bayes":
+                from identifiable_cl.sweeps.search import CHECKED_POINTS, check_space
+
+                check_space(spec)
+                print(f"{file}: ok, method bayes, {CHECKED_POINTS} random points of its space checked")
                 continue
             runs = plan_runs(spec, args.out, count=args.count, seed=args.seed)
         except ValueError as exc:

@@ -36,7 +36,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def train_pack(runs: Sequence[tuple[Mapping[str, Any], Path, str | None]]) -> list[dict[str, Any] | BaseException]:
-    """Train ``(config, run_dir, wandb_id)`` runs as one pack, printing each run's table; their results.
+    """Train ``(config, run_dir, wandb_id, wandb_name)`` runs as one pack, printing each run's table; their results.
 
     Everything is built and checked to fit one pack before any run directory is written.
     """
@@ -44,12 +44,12 @@ def train_pack(runs: Sequence[tuple[Mapping[str, Any], Path, str | None]]) -> li
     from identifiable_cl.packing import check_packable, run_packed
     from identifiable_cl.training import Trainer
 
-    built = [build(config) for config, _, _ in runs]
+    built = [build(config) for config, *_ in runs]
     check_packable(built)
     trainers = []
-    for (config, run_dir, wandb_id), components in zip(runs, built):
+    for (config, run_dir, wandb_id, wandb_name), components in zip(runs, built):
         trainer = Trainer.create(config, run_dir, progress=False, components=components)
-        trainer.wandb_id = wandb_id
+        trainer.wandb_id, trainer.wandb_name = wandb_id, wandb_name
         trainers.append(trainer)
         print(f"run directory: {run_dir}")
     print(trainers[0].c.process.describe())
@@ -65,15 +65,15 @@ def cmd_train_packed(args: argparse.Namespace, overrides: Mapping[str, Any]) -> 
     if args.resume or args.run_dir:
         raise ValueError("--pack-seeds starts new runs under --out; it takes neither --resume nor --run-dir")
     configs = [load_config(args.config, {**overrides, "seed": seed}) for seed in parse_seeds(args.pack_seeds)]
-    results = train_pack([(config, default_run_dir(Path(args.out), config), None) for config in configs])
+    results = train_pack([(config, default_run_dir(Path(args.out), config), None, None) for config in configs])
     return 1 if any(isinstance(r, BaseException) for r in results) else 0
 
 
 def cmd_train_pack_file(args: argparse.Namespace) -> int:
     """``icl train --pack-file FILE``: the runs FILE lists, trained as one pack.
 
-    FILE is JSON, a list of ``{"args": [...], "wandb_id": ..., "result": PATH}``: each run's
-    ``icl train`` arguments (config, ``--key=value`` overrides, ``--run-dir``), its W&B run id,
+    FILE is JSON, a list of ``{"args": [...], "wandb_id": ..., "wandb_name": ..., "result": PATH}``: each
+    run's ``icl train`` arguments (config, ``--key=value`` overrides, ``--run-dir``), its W&B run id and name,
     and where to write ``{"exit_code": 0 | 1, "error": ...}`` when it ends. The local sweep
     runner writes such files for ``icl sweep run --pack K``.
     """
@@ -91,7 +91,8 @@ def cmd_train_pack_file(args: argparse.Namespace) -> int:
         one = parser().parse_args(options)
         if one.run_dir is None:
             raise ValueError(f"--pack-file {args.pack_file!r}: every run needs --run-dir; got {entry['args']}")
-        runs.append((load_config(one.config, parse_overrides(overrides)), Path(one.run_dir), entry.get("wandb_id")))
+        runs.append((load_config(one.config, parse_overrides(overrides)), Path(one.run_dir), entry.get("wandb_id"),
+                     entry.get("wandb_name")))
     results = train_pack(runs)
     for entry, result in zip(entries, results):
         failed = isinstance(result, BaseException)

@@ -7,8 +7,9 @@ set, ``WANDB_MODE=offline`` (unless W&B is disabled) and ``WANDB_DIR`` pointing
 at the run's folder. ``WANDB_SWEEP_ID`` is left unset: no W&B server knows a
 sweep made here, and ``wandb sync`` refuses runs that name an unknown sweep
 (wandb/wandb#8115); the runs are grouped by the sweep's name instead
-(``WANDB_RUN_GROUP``, unless already set), and the sweep's ``project`` and
-``entity`` become ``WANDB_PROJECT`` / ``WANDB_ENTITY`` when not set.
+(``WANDB_RUN_GROUP``, unless already set), each run is named by its swept
+parameters and seed (``WANDB_NAME``, unless already set), and the sweep's
+``project`` and ``entity`` become ``WANDB_PROJECT`` / ``WANDB_ENTITY`` when not set.
 ``--run-dir <folder>/run`` is appended so ``icl train`` writes its run
 directory there. The folder ``OUT/<sweep name>/<run id>/`` holds::
 
@@ -35,8 +36,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import queue
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -75,8 +76,9 @@ def read_status(folder: Path) -> dict[str, Any] | None:
 
 
 def is_finished(folder: Path) -> bool:
+    """The run ended for good: it finished (exit code 0), or hyperband stopped it."""
     status = read_status(folder)
-    return status is not None and status.get("exit_code") == 0
+    return status is not None and (status.get("exit_code") == 0 or status.get("state") == "stopped")
 
 
 def write_params(path: Path, params: Mapping[str, Any]) -> None:
@@ -106,7 +108,23 @@ def run_environment(
     With several workers and no ``OMP_NUM_THREADS`` of the user's, each run gets
     ``cores // workers`` threads: parallel runs that each spin up every core's
     worth of threads slow each other down many times over.
+
+    The W&B run is named by the parameters that vary across the sweep and the seed,
+    e.g. ``WANDB_NAME="loss.tau=0.1 seed=2"`` (its id unchanged), unless ``WANDB_NAME``
+    is set already or the run's parameters set ``wandb.name`` (a ``wandb.name`` in the
+    run's config wins over ``WANDB_NAME`` in ``icl train`` anyway).
     """
+
+    def shown(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        if isinstance(value, (list, dict)):
+            return json.dumps(value, separators=(",", ":"))
+        return str(value)
+
+    swept = [p.name for p in spec.parameters if p.kind != "constant"
+             and not (p.kind == "categorical" and len(p.spec.get("values", ())) == 1) and p.name != "seed"]
+    name = " ".join(f"{k}={shown(run.params[k])}" for k in [*swept, "seed"] if k in run.params) or run.run_id
     folder = run.folder.resolve()
     env = {k: v for k, v in base.items() if k not in AGENT_STRIPS}
     env.update(
@@ -116,6 +134,8 @@ def run_environment(
         WANDB_MODE="disabled" if base.get("WANDB_MODE") == "disabled" else "offline",
     )
     env.setdefault("WANDB_RUN_GROUP", spec.name)
+    if not env.get("WANDB_NAME") and "wandb.name" not in run.params:
+        env["WANDB_NAME"] = name
     for key, variable in (("project", "WANDB_PROJECT"), ("entity", "WANDB_ENTITY")):
         if spec.raw.get(key):
             env.setdefault(variable, spec.raw[key])
@@ -196,33 +216,52 @@ def _start(spec: SweepSpec, run: PlannedRun, device: str | None, workers: int) -
     return argv, env, status
 
 
+WATCH_EVERY = 2.0
+"""Seconds between two asks of a run's ``watch`` (hyperband) while it runs."""
+
+
 def _launch(argv: list[str], env: Mapping[str, str], log_path: Path, lock: int,
-            started: Callable[[int], None]) -> int:
-    """Run ``argv`` with its output in ``log_path``, passing it the lock; ``started(pid)`` once it runs."""
+            started: Callable[[int], None], watch: Callable[[], bool] | None = None) -> tuple[int, bool]:
+    """Run ``argv`` with its output in ``log_path``, passing it the lock; ``started(pid)`` once it runs.
+
+    While it runs, ``watch()`` is asked every :data:`WATCH_EVERY` seconds; once it answers True the
+    run gets SIGINT (``icl train`` then stops at once and keeps its last checkpoint). Returns the
+    exit code and whether the run was stopped so.
+    """
     with open(log_path, "w") as log:
         try:
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL,
                                        pass_fds=(lock,))
         except OSError as exc:
             log.write(f"could not start {argv[0]!r}: {exc}\n")
-            return 127
+            return 127, False
         started(process.pid)
-        return process.wait()
+        stopped = False
+        while True:
+            try:
+                return process.wait(timeout=WATCH_EVERY if watch is not None and not stopped else None), stopped
+            except subprocess.TimeoutExpired:
+                if watch():
+                    stopped = True
+                    process.send_signal(signal.SIGINT)
 
 
-def _finish(run: PlannedRun, status: dict[str, Any], code: int, wall: float) -> Outcome:
-    state = "finished" if code == 0 else "failed"
+def _finish(run: PlannedRun, status: dict[str, Any], code: int, wall: float, stopped: bool = False) -> Outcome:
+    state = "stopped" if stopped else "finished" if code == 0 else "failed"
     status.update(state=state, exit_code=code, wall_s=round(wall, 3), ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    if stopped:
+        status["stopped_by"] = "hyperband"
     write_json(run.folder / STATUS, status)
     return Outcome(run, state, code, wall)
 
 
-def execute(spec: SweepSpec, run: PlannedRun, lock: int, device: str | None = None, workers: int = 1) -> Outcome:
+def execute(spec: SweepSpec, run: PlannedRun, lock: int, device: str | None = None, workers: int = 1,
+            watch: Callable[[], bool] | None = None) -> Outcome:
     """Start one planned run in a fresh folder, wait for it and record its status (the caller holds its lock)."""
     argv, env, status = _start(spec, run, device, workers)
     started = time.perf_counter()
-    code = _launch(argv, env, run.folder / LOG, lock, _recorder([(run, status)]))
-    return _finish(run, status, code, time.perf_counter() - started)
+    code, stopped = _launch(argv, env, run.folder / LOG, lock, _recorder([(run, status)]), watch)
+    return _finish(run, status, code, time.perf_counter() - started, stopped)
 
 
 def _recorder(items: Sequence[tuple[PlannedRun, dict[str, Any]]]) -> Callable[[int], None]:
@@ -245,9 +284,12 @@ def train_position(argv: Sequence[str]) -> int:
 
 
 def execute_pack(spec: SweepSpec, runs: Sequence[PlannedRun], device: str | None = None, workers: int = 1,
-                 echo: Callable[[str], None] = print) -> list[Outcome]:
+                 echo: Callable[[str], None] = print, watch: Callable[[PlannedRun], bool] | None = None) -> list[Outcome]:
     """Claim ``runs`` (:func:`claim`), start those claimed as one pack (see the module docstring),
-    wait, and record each run's status; a run owned by a live process is left alone, as ``busy``."""
+    wait, and record each run's status; a run owned by a live process is left alone, as ``busy``.
+    ``watch(run)`` (one run only, see :func:`_launch`) may stop it early."""
+    if watch is not None and len(runs) > 1:
+        raise ValueError("--pack: early stopping (early_terminate) stops runs one by one; run without --pack")
     locks, claimed, outcomes = {}, [], []
     for run in runs:
         try:
@@ -261,7 +303,7 @@ def execute_pack(spec: SweepSpec, runs: Sequence[PlannedRun], device: str | None
             outcomes.append(Outcome(run, "busy", 0, 0.0))
     try:
         if claimed:
-            outcomes += _execute_claimed(spec, claimed, [locks[r.index] for r in claimed], device, workers)
+            outcomes += _execute_claimed(spec, claimed, [locks[r.index] for r in claimed], device, workers, watch)
     finally:
         for fd in locks.values():
             release(fd)
@@ -269,23 +311,24 @@ def execute_pack(spec: SweepSpec, runs: Sequence[PlannedRun], device: str | None
 
 
 def _execute_claimed(spec: SweepSpec, runs: Sequence[PlannedRun], locks: Sequence[int], device: str | None,
-                     workers: int) -> list[Outcome]:
+                     workers: int, watch: Callable[[PlannedRun], bool] | None) -> list[Outcome]:
     if len(runs) == 1:
-        return [execute(spec, runs[0], locks[0], device, workers)]
+        return [execute(spec, runs[0], locks[0], device, workers, None if watch is None else lambda: watch(runs[0]))]
     starts = [_start(spec, run, device, workers) for run in runs]
     positions = [train_position(argv) for argv, _, _ in starts]
     entries = [
-        {"args": argv[i + 1 :], "wandb_id": run.wandb_id, "result": str(run.folder.resolve() / PACK_RESULT)}
-        for run, (argv, _, _), i in zip(runs, starts, positions)
+        {"args": argv[i + 1 :], "wandb_id": run.wandb_id, "wandb_name": env.get("WANDB_NAME"),
+         "result": str(run.folder.resolve() / PACK_RESULT)}
+        for run, (argv, env, _), i in zip(runs, starts, positions)
     ]
     first_argv, first_env, _ = starts[0]
     pack_file = runs[0].folder.resolve() / PACK
     pack_file.write_text(json.dumps(entries, indent=1))
     argv = [*first_argv[: positions[0]], "train", "--pack-file", str(pack_file)]
-    env = {k: v for k, v in first_env.items() if k not in ("WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH")}
+    env = {k: v for k, v in first_env.items() if k not in ("WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH", "WANDB_NAME")}
     started = time.perf_counter()
     recorder = _recorder([(run, status) for run, (_, _, status) in zip(runs, starts)])
-    code = _launch(argv, env, runs[0].folder / LOG, locks[0], recorder)
+    code, _ = _launch(argv, env, runs[0].folder / LOG, locks[0], recorder)
     wall = time.perf_counter() - started
     outcomes = []
     for run, (_, _, status) in zip(runs, starts):
@@ -329,6 +372,73 @@ def write_sweep_file(spec: SweepSpec, out: Path) -> None:
     (folder / SWEEP).write_text(yaml.safe_dump(dict(spec.raw), sort_keys=False, allow_unicode=True))
 
 
+def check_options(workers: int, pack: int, devices: Sequence[str] | None) -> None:
+    """``--workers``, ``--pack`` and ``--devices`` make sense (a ValueError naming the option otherwise)."""
+    if workers < 1:
+        raise ValueError(f"--workers {workers}: must be >= 1")
+    if pack < 1:
+        raise ValueError(f"--pack {pack}: must be >= 1")
+    if devices is not None and not devices:
+        raise ValueError("--devices: give at least one device, e.g. --devices 0,1")
+
+
+def run_groups(
+    spec: SweepSpec,
+    next_group: Callable[[], list[PlannedRun] | None],
+    total: int,
+    *,
+    workers: int,
+    devices: Sequence[str] | None,
+    echo: Callable[[str], None],
+    watch: Callable[[PlannedRun], bool] | None = None,
+    done: Callable[[list[Outcome]], None] | None = None,
+) -> list[Outcome]:
+    """Execute groups of runs (:func:`execute_pack`) on ``workers`` worker slots until ``next_group()``
+    returns None; it and ``done(outcomes)`` are called under one lock. Slot i runs on
+    ``devices[i % len(devices)]``. Returns the outcomes in the order the runs ended."""
+    lock = threading.Lock()
+    outcomes: list[Outcome] = []
+
+    def work(slot: int) -> None:
+        device = devices[slot % len(devices)] if devices else None
+        where = f" on device {device}" if device is not None else ""
+        while True:
+            with lock:
+                group = next_group()
+            if group is None:
+                return
+            results = execute_pack(spec, group, device, workers, echo, watch)
+            with lock:
+                outcomes.extend(results)
+                if done is not None:
+                    done(results)
+                for outcome in results:
+                    echo(
+                        f"[{len(outcomes)}/{total}] {outcome.run.run_id} {outcome.state} (exit {outcome.exit_code}, "
+                        f"{outcome.wall_s:.1f} s{where}) {describe(outcome.run.params)}"
+                    )
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for future in [pool.submit(work, slot) for slot in range(workers)]:
+            future.result()
+    return outcomes
+
+
+def report(spec: SweepSpec, out: str | Path, ordered: Sequence[Outcome], echo: Callable[[str], None]) -> None:
+    """The sweep's closing lines: how many runs ended how, and where the failed ones logged."""
+    failed = [o for o in ordered if o.state == "failed"]
+    count = {state: sum(o.state == state for o in ordered) for state in ("finished", "stopped", "skipped", "busy")}
+    echo(
+        f"sweep {spec.name}: {count['finished']} finished, {len(failed)} failed"
+        + (f", {count['stopped']} stopped early (hyperband)" if count["stopped"] else "")
+        + f", {count['skipped']} skipped (finished before)"
+        + (f", {count['busy']} left to the live processes that own them" if count["busy"] else "")
+        + f"; results in {Path(out) / spec.name}"
+    )
+    for o in failed:
+        echo(f"  failed: {o.run.run_id} exit {o.exit_code}, log {o.run.folder / LOG}")
+
+
 def run_sweep(
     spec: SweepSpec,
     out: str | Path,
@@ -341,58 +451,25 @@ def run_sweep(
     echo: Callable[[str], None] = print,
 ) -> list[Outcome]:
     """Run every planned run not finished before, ``workers`` processes at a time, each training
-    up to ``pack`` compatible runs as one pack; outcomes in plan order."""
-    if workers < 1:
-        raise ValueError(f"--workers {workers}: must be >= 1")
-    if pack < 1:
-        raise ValueError(f"--pack {pack}: must be >= 1")
-    if devices is not None and not devices:
-        raise ValueError("--devices: give at least one device, e.g. --devices 0,1")
+    up to ``pack`` compatible runs as one pack; outcomes in plan order. With ``early_terminate``
+    in the file, hyperband (:mod:`identifiable_cl.sweeps.search`) stops runs early."""
+    from identifiable_cl.sweeps.search import hyperband_watch
+
+    check_options(workers, pack, devices)
     runs = plan_runs(spec, out, count=count, seed=seed)
+    watch = hyperband_watch(spec, Path(out) / spec.name)
+    if watch is not None and pack > 1:
+        raise ValueError("--pack: early stopping (early_terminate) stops runs one by one; run without --pack")
     todo = [r for r in runs if not is_finished(r.folder)]
-    groups = pack_groups(spec, todo, pack) if pack > 1 else [[run] for run in todo]
+    groups = iter(pack_groups(spec, todo, pack) if pack > 1 else [[run] for run in todo])
     write_sweep_file(spec, Path(out))
     outcomes = {r.index: Outcome(r, "skipped", 0, 0.0) for r in runs}
-    packed = f", in {len(groups)} packs" if pack > 1 else ""
+    packed = " in packs" if pack > 1 else ""
     echo(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} finished before, {len(todo)} to run{packed}, "
          f"{workers} at a time")
-    slots: queue.Queue[int] = queue.Queue()
-    for slot in range(workers):
-        slots.put(slot)
-    lock = threading.Lock()
-    done = 0
-
-    def work(group: list[PlannedRun]) -> list[Outcome]:
-        nonlocal done
-        slot = slots.get()
-        try:
-            device = devices[slot % len(devices)] if devices else None
-            results = execute_pack(spec, group, device, workers, echo)
-        finally:
-            slots.put(slot)
-        with lock:
-            for outcome in results:
-                done += 1
-                where = f" on device {device}" if device is not None else ""
-                echo(
-                    f"[{done}/{len(todo)}] {outcome.run.run_id} {outcome.state} (exit {outcome.exit_code}, "
-                    f"{outcome.wall_s:.1f} s{where}) {describe(outcome.run.params)}"
-                )
-        return results
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for results in pool.map(work, groups):
-            for outcome in results:
-                outcomes[outcome.run.index] = outcome
+    for outcome in run_groups(spec, lambda: next(groups, None), len(todo), workers=workers, devices=devices,
+                              echo=echo, watch=watch):
+        outcomes[outcome.run.index] = outcome
     ordered = [outcomes[r.index] for r in runs]
-    failed = [o for o in ordered if o.state == "failed"]
-    busy = sum(o.state == "busy" for o in ordered)
-    echo(
-        f"sweep {spec.name}: {sum(o.state == 'finished' for o in ordered)} finished, {len(failed)} failed, "
-        f"{sum(o.state == 'skipped' for o in ordered)} skipped (finished before)"
-        + (f", {busy} left to the live processes that own them" if busy else "")
-        + f"; results in {Path(out) / spec.name}"
-    )
-    for o in failed:
-        echo(f"  failed: {o.run.run_id} exit {o.exit_code}, log {o.run.folder / LOG}")
+    report(spec, out, ordered, echo)
     return ordered

@@ -36,7 +36,8 @@ MACROS = (
     "args_override_hydra",
 )
 """The ``${...}`` entries a W&B agent replaces in ``command`` (besides ``${envvar:NAME}`` inside an entry)."""
-LOCAL_METHODS = ("grid", "random")
+LOCAL_METHODS = ("grid", "random", "bayes")
+"""Methods ``icl sweep run`` runs (bayes through W&B's engine, :mod:`identifiable_cl.sweeps.search`)."""
 GRID_KINDS = ("constant", "categorical", "int_uniform", "q_uniform")
 """The parameter distributions W&B's grid search accepts."""
 SERVER_HINT = "run it with `wandb sweep FILE` and `wandb agent SWEEP_ID` (or `icl sweep submit FILE --sweep-id ID`)"
@@ -147,9 +148,7 @@ def local_problems(spec: SweepSpec) -> list[str]:
     """Why this file cannot run without a W&B server (empty when it can)."""
     problems = []
     if spec.method not in LOCAL_METHODS:
-        problems.append(f"method: {spec.method!r} needs a W&B server; {SERVER_HINT}. Locally: grid or random")
-    if "early_terminate" in spec.raw:
-        problems.append(f"early_terminate: hyperband stopping needs a W&B server; {SERVER_HINT}")
+        problems.append(f"method: {spec.method!r} needs a W&B server; {SERVER_HINT}. Locally: grid, random or bayes")
     if spec.method == "grid":
         for p in spec.parameters:
             if p.kind not in GRID_KINDS:

@@ -90,6 +90,11 @@ def make_executor(
 
 def submit_offline(spec: SweepSpec, out: str | Path, executor, *, count: int | None = None, seed: int = 0) -> tuple[list[PlannedRun], list]:
     """One array task per planned run not finished before; returns the runs and their jobs."""
+    if spec.method == "bayes" or "early_terminate" in spec.raw:
+        raise ValueError(
+            f"sweep file {spec.source}: a bayes search or hyperband stopping needs one process that sees every run; "
+            "run it with `icl sweep run` (e.g. inside one cluster job), or with a W&B server and --sweep-id"
+        )
     runs = [r for r in plan_runs(spec, out, count=count, seed=seed) if not is_finished(r.folder)]
     write_sweep_file(spec, Path(out))
     if not runs:

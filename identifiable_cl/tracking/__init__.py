@@ -26,12 +26,13 @@ class Tracker:
         """The final summary, or None when the run stopped with an error."""
 
 
-def open_tracker(config: Mapping[str, Any], run_dir: Path, shared: bool = False, run_id: str | None = None) -> Tracker:
+def open_tracker(config: Mapping[str, Any], run_dir: Path, shared: bool = False, run_id: str | None = None,
+                 name: str | None = None) -> Tracker:
     """The W&B tracker when the ``wandb`` extra is installed and not disabled, else a silent one.
 
     ``shared``: one of several runs trained side by side in this process (packed runs), with
-    the W&B run id ``run_id`` when given.
+    the W&B run id ``run_id`` and name ``name`` when given.
     """
     from identifiable_cl.tracking.wandb import open_wandb
 
-    return open_wandb(config, run_dir, shared, run_id) or Tracker()
+    return open_wandb(config, run_dir, shared, run_id, name) or Tracker()

@@ -8,13 +8,23 @@ mode becomes ``offline``, so a run never prompts for a key or waits on the
 network. The W&B files go to ``RUN_DIR/wandb/`` (offline: ``offline-run-*``,
 uploaded later with ``wandb sync RUN_DIR/wandb/offline-run-*``).
 
-Project, group, name and tags come from the config's ``wandb`` section when
-set there (a value equal to the default counts as unset), else from W&B's
-standard variables ``WANDB_PROJECT``, ``WANDB_RUN_GROUP``, ``WANDB_NAME``,
-``WANDB_TAGS``, else the default project and the run directory's name.
-Inside a sweep (``WANDB_SWEEP_ID`` set by an agent) ``wandb.init`` itself
-merges the agent's parameters from ``WANDB_SWEEP_PARAM_PATH`` into the run's
-config, and takes the project from the sweep.
+Project, group, name, tags, entity, job type and notes come from the config's
+``wandb`` section when set there (a value equal to the default counts as
+unset), else from W&B's standard variables ``WANDB_PROJECT``,
+``WANDB_RUN_GROUP``, ``WANDB_NAME``, ``WANDB_TAGS``, ``WANDB_ENTITY``,
+``WANDB_JOB_TYPE``, ``WANDB_NOTES``, else the default project and the run
+directory's name.
+
+The run's config is logged once, as flat dotted keys (``{"loss.tau": 0.1, ...}``,
+:func:`identifiable_cl.config.flat_keys`): the names sweep parameters have.
+Inside a sweep (``WANDB_SWEEP_ID`` set by an agent, or ``WANDB_SWEEP_PARAM_PATH``
+set by the local runner) ``wandb.init`` itself merges the parameters from
+``WANDB_SWEEP_PARAM_PATH`` into that config, so a swept ``loss.tau`` and the
+run's ``loss.tau`` are one entry; an agent's sweep also gives the project.
+
+With ``wandb.verbose: false`` (the default) W&B prints nothing (no banner,
+history or summary lines) and does not capture the console; ``true`` keeps
+W&B's own output.
 
 Records are logged at their training step; a list of numbers (e.g. the learned
 Λ̂) is logged as one scalar per entry, ``key/0``, ``key/1``, ..., so W&B draws
@@ -33,7 +43,10 @@ from urllib.parse import urlsplit
 from identifiable_cl.tracking import Tracker
 
 DEFAULT_HOST = "https://api.wandb.ai"
-ENV_KEYS = {"project": "WANDB_PROJECT", "group": "WANDB_RUN_GROUP", "name": "WANDB_NAME", "tags": "WANDB_TAGS"}
+ENV_KEYS = {"project": "WANDB_PROJECT", "group": "WANDB_RUN_GROUP", "name": "WANDB_NAME", "tags": "WANDB_TAGS",
+            "entity": "WANDB_ENTITY", "job_type": "WANDB_JOB_TYPE", "notes": "WANDB_NOTES"}
+QUIET_SETTINGS = {"silent": True, "console": "off"}
+"""``wandb.init``'s settings under ``wandb.verbose: false``: none of W&B's messages, no console capture."""
 MODES = ("online", "offline", "disabled", "shared")
 LEGACY_MODES = {"dryrun": "offline", "run": "online"}
 
@@ -68,7 +81,7 @@ def resolve_mode(config_mode: str | None, environ: Mapping[str, str] | None = No
 
 def init_arguments(config: Mapping[str, Any], run_dir: Path, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Keyword arguments of ``wandb.init`` for this run (see the module docstring for the precedence)."""
-    from identifiable_cl.config import DEFAULTS
+    from identifiable_cl.config import DEFAULTS, flat_keys
 
     environ = os.environ if environ is None else environ
     section = dict(config.get("wandb") or {})
@@ -84,7 +97,9 @@ def init_arguments(config: Mapping[str, Any], run_dir: Path, environ: Mapping[st
                 kwargs[key] = fallback
     kwargs["mode"] = resolve_mode(section.get("mode"), environ)
     kwargs["dir"] = str(run_dir)
-    kwargs["config"] = dict(config)
+    kwargs["config"] = flat_keys(config)
+    if not section.get("verbose", defaults["verbose"]):
+        kwargs["settings"] = dict(QUIET_SETTINGS)
     return kwargs
 
 
@@ -122,27 +137,30 @@ class WandbTracker(Tracker):
 
 
 def open_wandb(
-    config: Mapping[str, Any], run_dir: Path, shared: bool = False, run_id: str | None = None
+    config: Mapping[str, Any], run_dir: Path, shared: bool = False, run_id: str | None = None, name: str | None = None
 ) -> WandbTracker | None:
     """A W&B tracker for this run, or None when ``wandb`` is not installed or W&B is disabled.
 
     ``shared``: the run is one of several W&B runs open side by side in this process (packed
     runs); each gets a new W&B run instead of finishing the one before, with the id ``run_id``
-    when given (a sweep's run id, which ``WANDB_RUN_ID`` cannot carry for several runs).
+    when given (a sweep's run id, which ``WANDB_RUN_ID`` cannot carry for several runs), named
+    by ``wandb.name``, else ``name`` (a sweep's name for the run), else its run directory (not by
+    ``WANDB_NAME``, for the same reason).
 
     A failure to start W&B is reported on stderr and the run goes on with its own files only.
     """
+    kwargs = init_arguments(config, Path(run_dir))
+    if kwargs["mode"] == "disabled":  # before importing wandb, which takes seconds
+        return None
     try:
         import wandb
     except ImportError:
         return None
-    kwargs = init_arguments(config, Path(run_dir))
     if shared:
         kwargs["reinit"] = "create_new"
+        kwargs.setdefault("name", name or Path(run_dir).name)  # one WANDB_NAME cannot name several runs
         if run_id is not None:
             kwargs["id"] = run_id
-    if kwargs["mode"] == "disabled":
-        return None
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     try:
         run = wandb.init(**kwargs)

@@ -61,7 +61,7 @@ def test_parameters_fixed_across_batches(name):
 def test_state_dict_round_trip_and_load_uses_saved_parameters():
     """Regression: evaluation rebuilt the decoder from the RNG instead of loading the saved one."""
     p = dgp.build_process(CONFIGS["content_style"], seed=0)
-    saved = p.to_file()
+    saved = p.to_dict()
     saved["state"] = {k: v.clone() for k, v in saved["state"].items()}
     torch.manual_seed(123)  # the global RNG must not matter
     q = load_process(saved)
@@ -134,7 +134,7 @@ def test_bad_config_names_the_key(config, key):
     (lambda p: dgp.build_process({"space": 5}), "dgp.space=5 is invalid"),
     (lambda p: dgp.build_process([1, 2]), "dgp=[1, 2] is invalid"),
     (lambda p: dgp.load_process({}), "a saved process is a mapping with keys config, seed, fingerprint, state"),
-    (lambda p: dgp.load_process({**p.to_file(), "state": {"nonsense": torch.zeros(1)}}), "parameters do not fit"),
+    (lambda p: dgp.load_process({**p.to_dict(), "state": {"nonsense": torch.zeros(1)}}), "parameters do not fit"),
 ])
 def test_the_python_api_rejects_bad_arguments_clearly(call, message):
     process = dgp.build_process({"mixing": "identity"}, seed=0)
@@ -152,7 +152,7 @@ def test_fingerprints_hash_canonical_numbers():
 
 def test_processes_saved_with_the_earlier_fingerprint_still_load():
     process = dgp.build_process(CONFIGS["box_laplace"], seed=0)
-    saved = {**process.to_file(), "fingerprint": process._fingerprint(canonical=False)}
+    saved = {**process.to_dict(), "fingerprint": process._fingerprint(canonical=False)}
     assert saved["fingerprint"] != process.fingerprint()
     assert state_equal(load_process(saved), process)
     with pytest.raises(ValueError, match="does not match its parameters"):

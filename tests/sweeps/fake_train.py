@@ -4,7 +4,10 @@
 (the overrides, nested), ``DIR/summary.json`` with ``r2_linear = 0.9 + 0.01·seed``
 and ``mcc_pearson = loss.tau + 0.1·seed``, and ``DIR/env.json`` (its arguments,
 the W&B and CUDA variables it saw, start and end times). It sleeps
-``FAKE_SLEEP`` seconds first and fails with exit code 3 when ``seed`` is 13.
+``FAKE_SLEEP`` seconds first and fails with exit code 3 when ``seed`` is 13. With ``FAKE_EVALS=k``
+it first appends k records ``{"step": i, "mcc_pearson": loss.tau + 0.001·i}`` to
+``DIR/metrics.jsonl``, one every ``FAKE_EVAL_S`` seconds (SIGINT then ends it with Python's
+KeyboardInterrupt, exit code 1).
 """
 
 import json
@@ -16,7 +19,7 @@ from pathlib import Path
 import yaml
 
 SEEN = ("WANDB_SWEEP_ID", "WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT",
-        "WANDB_RUN_GROUP", "CUDA_VISIBLE_DEVICES")
+        "WANDB_RUN_GROUP", "WANDB_NAME", "CUDA_VISIBLE_DEVICES")
 
 
 def main(argv: list[str]) -> int:
@@ -36,6 +39,10 @@ def main(argv: list[str]) -> int:
         print("deliberate failure for seed 13", file=sys.stderr)
         return 3
     run_dir.mkdir(parents=True)
+    for step in range(1, int(os.environ.get("FAKE_EVALS", "0")) + 1):  # an evaluation every FAKE_EVAL_S seconds
+        with open(run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, "mcc_pearson": params.get("loss.tau", 0.0) + 0.001 * step}) + "\n")
+        time.sleep(float(os.environ.get("FAKE_EVAL_S", "0.2")))
     config: dict = {}
     for key, value in params.items():
         node = config

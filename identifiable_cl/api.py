@@ -1,0 +1,69 @@
+"""The Python API: everything a notebook needs, importable from the package top level.
+
+::
+
+    import identifiable_cl as icl
+
+    config = icl.load_config("box", {"train.steps": 200})   # checked in full, like `icl train box`
+    result = icl.train(config)                              # a run directory of its own
+    result.summary["mcc_pearson"], result.run_dir
+    run = icl.load_run(result.run_dir)                      # its components at the last checkpoint
+    icl.evaluate_run(result.run_dir, {"eval.final_n_fit": 4096})
+
+    process = icl.build_process({"space": "sphere", "conditional": {"name": "vmf", "kappa": 5.0}})
+    batch = process.sample(1024, process.make_generator(0))  # batch.z, batch.x, batch.z_pos, batch.x_pos
+    process.save("process.pt"); icl.load_process("process.pt")
+
+Every function checks its input and raises a ``ValueError`` naming the key, value or file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from dgp import Batch, Process, build_process, check_process, load_process
+from identifiable_cl import API
+from identifiable_cl.components import Components, build, check, load_run
+from identifiable_cl.config import SCHEMA, flat_keys, load_config, parse_overrides
+from identifiable_cl.training import Trainer, evaluate_run
+
+
+@dataclass
+class TrainedRun:
+    """A finished run: its folder, its summary (the printed table's numbers and more) and its components."""
+
+    run_dir: Path
+    summary: dict[str, Any]
+    components: Components
+
+
+def train(
+    config: Mapping[str, Any] | str | Path | None = None,
+    overrides: Mapping[str, Any] | Sequence[str] = (),
+    *,
+    run_dir: str | Path | None = None,
+    progress: bool = False,
+) -> TrainedRun:
+    """Train one run, as ``icl train`` does, and return it.
+
+    ``config``: None (the default experiment), a YAML file or preset name, or a mapping (a config
+    from :func:`load_config`, or any part of one, nested or as dotted keys) read over the defaults;
+    ``overrides`` (``{"loss.tau": 0.1}`` or ``["--loss.tau=0.1"]``) come last. Every run writes its
+    run directory: ``run_dir``, or a new temporary folder (kept; its path is ``result.run_dir``).
+    """
+    if not isinstance(overrides, Mapping):
+        overrides = parse_overrides(overrides)
+    if isinstance(config, Mapping):
+        resolved = load_config(None, {**flat_keys(config), **overrides})
+    else:
+        resolved = load_config(config, overrides)
+    folder = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="icl-run-"))
+    trainer = Trainer.create(resolved, folder, progress=progress)
+    summary = trainer.run()
+    return TrainedRun(folder, summary, trainer.c)
+
+
+__all__ = list(API)

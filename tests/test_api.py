@@ -1,0 +1,76 @@
+"""The Python API from the package top level, and the README's Python example run as written."""
+
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import identifiable_cl as icl
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_example() -> str:
+    section = (ROOT / "README.md").read_text().split("## Python API", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    return code
+
+
+def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    namespace: dict = {}
+    exec(compile(readme_example(), "README.md", "exec"), namespace)
+    result = namespace["result"]
+    assert result.run_dir.parent == tmp_path and (result.run_dir / "summary.json").is_file()
+    assert result.summary["steps"] == 300 and namespace["run"].step == 300
+    assert namespace["batch"].z.shape == (1024, 10) and (tmp_path / "process.pt").is_file()
+    assert str(result.run_dir) in capsys.readouterr().out
+
+
+def test_the_top_level_names_are_the_api_and_load_lazily():
+    import subprocess
+    import sys
+
+    from identifiable_cl import api
+
+    assert set(api.__all__) <= set(dir(icl)) and icl.train is api.train
+    light = subprocess.run([sys.executable, "-c", "import sys, identifiable_cl; print('torch' in sys.modules)"],
+                           capture_output=True, text=True, check=True)
+    assert light.stdout.strip() == "False"
+    with pytest.raises(AttributeError, match="no attribute 'trian'"):
+        icl.trian
+
+
+def test_train_takes_parts_of_a_config_and_checks_them(tmp_path):
+    small = {"train.steps": 10, "train.eval_every": 10, "encoder.widths": [16], "dgp.mixing.cond_draws": 200,
+             "eval.n_fit": 64, "eval.n_test": 64, "eval.final_n_fit": 128, "eval.final_n_test": 128,
+             "eval.nonlinear": False}
+    result = icl.train({"train": {"batch_size": 32}}, small, run_dir=tmp_path / "run")
+    assert result.components.config["train"]["batch_size"] == 32 and result.summary["steps"] == 10
+    with pytest.raises(ValueError, match="loss.tau=-1 is invalid"):
+        icl.train(None, {**small, "loss.tau": -1}, run_dir=tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_saved_process_round_trips_and_a_crafted_file_is_refused(tmp_path):
+    import os
+
+    import torch
+
+    process = icl.build_process({"mixing": {"name": "mlp", "cond_draws": 200}}, seed=3)
+    loaded = icl.load_process(process.save(tmp_path / "p.pt"))
+    assert loaded.fingerprint() == process.fingerprint()
+    assert torch.equal(loaded.mixing.weight, process.mixing.weight)
+
+    class Payload:
+        def __reduce__(self):
+            return (os.mkdir, (str(tmp_path / "executed"),))
+
+    torch.save({"config": Payload()}, tmp_path / "crafted.pt")
+    with pytest.raises(ValueError, match="crafted.pt: refused"):
+        icl.load_process(tmp_path / "crafted.pt")
+    assert not (tmp_path / "executed").exists()
+    with pytest.raises(ValueError, match="missing"):
+        icl.load_process(tmp_path / "nothing.pt")

@@ -2,9 +2,15 @@
 
 - ``latents.png`` (from ``readout.npz``: true test latents ``z`` (N, n), their
   linear read-out ``z_hat`` (N, n) and ``r2_per_dim`` (n,)): one scatter of
-  z_i against ẑ_i per dimension and a bar chart of the per-dimension R².
+  z_i against ẑ_i per dimension and a bar chart of the per-dimension R²; the R²
+  values are the final evaluation's (``summary.json``, the printed table's) when
+  it exists, else the read-out sample's, and the title says which.
 - ``training.png`` (from ``metrics.jsonl``): the training loss, and the held-out
-  R² and MCC over steps beside the identity baseline of ``summary.json``.
+  R² and MCC over steps beside the identity baseline of ``summary.json``; with
+  blocks (content/style, Λ groups) a third panel gives each block's R²; with a
+  single evaluation the scores are bars, not one-point curves.
+
+Every figure is titled with the run (:func:`run_title`: name, loss, process, seed).
 - ``lambda.png`` (when the DGP has a true Λ, from ``summary.json`` or the last
   evaluation record): sorted learned Λ̂ beside sorted true Λ, and each Λ̂_i over
   steps with the true values as dashed lines.
@@ -24,17 +30,54 @@ import numpy as np
 from identifiable_cl import rundir
 
 FIGURES = "figures"
-CURVES = ("r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "mcc_block_aware")
+LABELS = {
+    "r2_linear": "linear R²",
+    "r2_nonlinear": "nonlinear R²",
+    "mcc_pearson": "MCC (Pearson)",
+    "mcc_spearman": "MCC (Spearman)",
+    "mcc_block_aware": "block-aware MCC",
+}
+"""Readable names of the headline metrics, in the order tables and legends list them."""
+CURVES = tuple(LABELS)
+BLOCK_PREFIXES = ("r2_linear_", "r2_nonlinear_")
 MAX_POINTS = 2000
 """Points drawn per scatter panel (an evenly spaced subset of the test sample)."""
+
+
+def metric_label(key: str) -> str:
+    """``r2_linear`` → ``linear R²``; a block metric ``r2_linear_content`` → ``linear R² [content]``."""
+    if key in LABELS:
+        return LABELS[key]
+    for prefix in BLOCK_PREFIXES:
+        if key.startswith(prefix):
+            return f"{LABELS[prefix[:-1]]} [{key[len(prefix):]}]"
+    return key.replace("_", " ")
+
+
+def block_metrics(record: Mapping[str, Any]) -> list[str]:
+    """The per-block R² keys of a record or summary (content/style, Λ groups), in their order."""
+    return [k for k in record if k.startswith(BLOCK_PREFIXES) and not k.endswith("per_dim") and _finite(record[k])]
+
+
+def run_title(config: Mapping[str, Any], run_dir: Path) -> str:
+    """One line naming the run: its name (or folder), loss, process and seed."""
+    loss, dgp = config.get("loss", {}), config.get("dgp", {})
+    settings = ", ".join(f"{k}={v}" for k, v in loss.items() if k != "name" and not isinstance(v, (list, dict)))
+    space, conditional = dgp.get("space", {}).get("name", "?"), dgp.get("conditional", {})
+    cond = ", ".join(f"{k}={v}" for k, v in conditional.items() if k != "name" and not isinstance(v, (list, dict)))
+    name = (config.get("wandb") or {}).get("name") or Path(run_dir).name
+    return (f"{name}: {loss.get('name', '?')}({settings}) on {space}/{conditional.get('name', '?')}({cond}), "
+            f"seed {config.get('seed', '?')}")
 
 
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def latents_figure(z: np.ndarray, z_hat: np.ndarray, r2_per_dim: np.ndarray):
-    """Scatter of true z_i (x) against read-out ẑ_i (y) per dimension, and the R² of each dimension."""
+def latents_figure(z: np.ndarray, z_hat: np.ndarray, r2_per_dim: np.ndarray, title: str = "",
+                   source: str = "read-out sample"):
+    """Scatter of true z_i (x) against read-out ẑ_i (y) per dimension, and the R² of each dimension
+    (``source`` says which evaluation the R² values come from)."""
     from matplotlib.figure import Figure
 
     n = z.shape[1]
@@ -59,32 +102,64 @@ def latents_figure(z: np.ndarray, z_hat: np.ndarray, r2_per_dim: np.ndarray):
     bars.set_xticks(np.arange(n), [f"z{i}" for i in range(n)])
     bars.set_ylim(min(0.0, float(np.min(r2_per_dim))), 1.0)
     bars.set_ylabel("held-out R²")
-    bars.set_title(f"linear R² per dimension (mean {float(np.mean(r2_per_dim)):.3f})", fontsize=10)
+    bars.set_title(f"linear R² per dimension (mean {float(np.mean(r2_per_dim)):.3f}, {source}; "
+                   f"points: {len(keep)} read-out test samples)", fontsize=10)
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig
 
 
-def training_figure(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any] | None = None):
-    """Training loss, and held-out R²/MCC against the step, with the identity baseline g(z) of the
-    summary (``identity_<metric>``) as dashed lines."""
+def training_figure(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any] | None = None,
+                    title: str = ""):
+    """Training loss, and held-out R²/MCC (and, with blocks, each block's R²) against the step, with
+    the identity baseline g(z) of the summary (``identity_<metric>``) as dashed lines. With a single
+    evaluation the scores are bars beside the baseline instead of one-point curves."""
     from matplotlib.figure import Figure
 
     summary = summary or {}
-    fig = Figure(figsize=(11, 4), layout="constrained")
-    loss_ax, metric_ax = fig.subplots(1, 2)
+    evaluated = [r for r in records if any(_finite(r.get(k)) for k in CURVES)]
+    blocks = block_metrics(evaluated[-1]) if evaluated else []
+    panels = 2 + (len(evaluated) > 1 and bool(blocks))
+    fig = Figure(figsize=(5.5 * panels, 4), layout="constrained")
+    loss_ax, metric_ax, *block_ax = fig.subplots(1, panels)
     losses = [(r["step"], r["loss"]) for r in records if _finite(r.get("loss"))]
     if losses:
-        loss_ax.plot(*zip(*losses), color="tab:gray")
+        loss_ax.plot(*zip(*losses), color="tab:gray", marker="o" if len(losses) < 3 else None)
     loss_ax.set(xlabel="step", ylabel="loss", title="training loss")
-    for key in CURVES:
+    if len(evaluated) == 1:
+        _score_bars(metric_ax, evaluated[0], summary, [k for k in (*CURVES, *blocks) if _finite(evaluated[0].get(k))])
+        metric_ax.set_title(f"held-out recovery at step {evaluated[0]['step']} (grey: identity baseline g(z))")
+    else:
+        _curves(metric_ax, records, summary, CURVES)
+        metric_ax.set(xlabel="step", ylabel="score", title="held-out recovery (dashed: identity baseline g(z))")
+        if block_ax:
+            _curves(block_ax[0], records, summary, blocks)
+            block_ax[0].set(xlabel="step", ylabel="R²", title="R² of each block (dashed: identity baseline)")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def _curves(ax, records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], keys: Sequence[str]) -> None:
+    for key in keys:
         points = [(r["step"], r[key]) for r in records if _finite(r.get(key))]
         if points:
-            line = metric_ax.plot(*zip(*points), marker="o", ms=3, label=key)[0]
+            line = ax.plot(*zip(*points), marker="o", ms=3, label=metric_label(key))[0]
             if _finite(summary.get(f"identity_{key}")):
-                metric_ax.axhline(summary[f"identity_{key}"], color=line.get_color(), ls="--", lw=0.8)
-    metric_ax.set(xlabel="step", ylabel="score", title="held-out recovery (dashed: identity baseline g(z))")
-    if metric_ax.has_data():
-        metric_ax.legend(fontsize=8)
-    return fig
+                ax.axhline(summary[f"identity_{key}"], color=line.get_color(), ls="--", lw=0.8)
+    if ax.has_data():
+        ax.legend(fontsize=8)
+
+
+def _score_bars(ax, record: Mapping[str, Any], summary: Mapping[str, Any], keys: Sequence[str]) -> None:
+    x = np.arange(len(keys))
+    ax.bar(x - 0.2, [record[k] for k in keys], width=0.4, color="tab:blue", label="encoder")
+    base = [summary.get(f"identity_{k}") for k in keys]
+    if any(_finite(b) for b in base):
+        ax.bar(x + 0.2, [b if _finite(b) else 0.0 for b in base], width=0.4, color="tab:gray", label="identity g(z)")
+    ax.set_xticks(x, [metric_label(k) for k in keys], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("score")
+    ax.legend(fontsize=8)
 
 
 def _lambda_history(records: Sequence[Mapping[str, Any]]) -> tuple[list[int], np.ndarray | None]:
@@ -99,7 +174,8 @@ def _lambda_history(records: Sequence[Mapping[str, Any]]) -> tuple[list[int], np
     return steps, np.asarray(values, dtype=float)
 
 
-def lambda_figure(learned: Sequence[float], true: Sequence[float], steps: Sequence[int], history: np.ndarray | None):
+def lambda_figure(learned: Sequence[float], true: Sequence[float], steps: Sequence[int], history: np.ndarray | None,
+                  title: str = ""):
     """Sorted learned Λ̂ beside sorted true Λ (the order of latents is identified only up to permutation),
     and Λ̂ per dimension over steps."""
     from matplotlib.figure import Figure
@@ -120,6 +196,8 @@ def lambda_figure(learned: Sequence[float], true: Sequence[float], steps: Sequen
     for level in sorted(set(float(v) for v in true)):
         over_time.axhline(level, color="black", ls="--", lw=0.8)
     over_time.set(xlabel="step", ylabel=r"$\hat\Lambda_i$", title=r"learned $\hat\Lambda$ over training (dashed: true values)")
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig
 
 
@@ -137,18 +215,26 @@ def draw_figures(run_dir: str | Path) -> dict[str, Path]:
     records = rundir.read_metrics(run_dir)
     summary_path = run_dir / rundir.SUMMARY
     summary = rundir.read_json(summary_path) if summary_path.exists() else {}
+    config = dict(rundir.read_config(run_dir)) if (run_dir / rundir.CONFIG).exists() else {}
+    title = run_title(config, run_dir)
     figures = {}
     readout = run_dir / rundir.READOUT
     if readout.exists():
         data = rundir.load_npz(readout, ("z", "z_hat", "r2_per_dim"))
-        figures["latents"] = latents_figure(data["z"], data["z_hat"], data["r2_per_dim"])
+        final = summary.get("r2_linear_per_dim")
+        if isinstance(final, list) and len(final) == data["z"].shape[1]:
+            e = config.get("eval", {})
+            source = f"final evaluation, {e.get('final_n_fit', '?')} fit / {e.get('final_n_test', '?')} test samples"
+            figures["latents"] = latents_figure(data["z"], data["z_hat"], np.asarray(final), title, source)
+        else:
+            figures["latents"] = latents_figure(data["z"], data["z_hat"], data["r2_per_dim"], title)
     if records:
-        figures["training"] = training_figure(records, summary)
+        figures["training"] = training_figure(records, summary, title)
     evaluated = [r for r in records if "lambda_true" in r]
     true = summary.get("lambda_true", evaluated[-1]["lambda_true"] if evaluated else None)
     if true:
         learned = summary.get("lambda_learned", evaluated[-1].get("lambda_learned", []) if evaluated else [])
-        figures["lambda"] = lambda_figure(learned, true, *_lambda_history(records))
+        figures["lambda"] = lambda_figure(learned, true, *_lambda_history(records), title)
     if not figures:
         raise ValueError(f"{str(run_dir)!r}: nothing to plot (no {rundir.METRICS} or {rundir.READOUT})")
     out.mkdir(parents=True, exist_ok=True)

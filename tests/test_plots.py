@@ -102,3 +102,46 @@ def test_without_matplotlib(tmp_path, monkeypatch, capsys):
         draw_figures(run)
     assert main(["plot", str(run)]) == 2 and "needs matplotlib" in capsys.readouterr().err
     assert not (run / "figures").exists()
+
+
+def test_figures_are_titled_with_the_run_and_use_the_final_evaluation(tmp_path, monkeypatch):
+    import yaml
+
+    run = make_run(tmp_path / "run", lam=False)
+    config = {"seed": 7, "loss": {"name": "infonce", "similarity": "l1", "tau": 0.1},
+              "dgp": {"space": {"name": "box"}, "conditional": {"name": "laplace", "scale": 0.1}},
+              "eval": {"final_n_fit": 20480, "final_n_test": 40960}}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    summary = {"r2_linear": 0.9, "r2_linear_per_dim": [0.91, 0.92, 0.93, 0.94]}
+    (run / "summary.json").write_text(json.dumps(summary))
+    drawn = {}
+    from matplotlib.figure import Figure
+
+    monkeypatch.setattr(Figure, "savefig", lambda self, path, **kw: drawn.__setitem__(path.stem, self))
+    draw_figures(run)
+    title = "run: infonce(similarity=l1, tau=0.1) on box/laplace(scale=0.1), seed 7"
+    for name in ("latents", "training"):
+        assert drawn[name].get_suptitle() == title, name
+    bars = drawn["latents"].axes[-1]
+    np.testing.assert_allclose([p.get_height() for p in bars.patches], summary["r2_linear_per_dim"])
+    assert "final evaluation, 20480 fit / 40960 test samples" in bars.get_title()
+
+
+def test_block_r2_gets_its_own_panel_with_readable_legends():
+    records = [{"step": s, "loss": 1.0 / s, "r2_linear": 0.5, "mcc_pearson": 0.4, "r2_linear_content": 0.9,
+                "r2_linear_style": 0.1, "r2_linear_per_dim": [0.5]} for s in (10, 20)]
+    fig = training_figure(records, {"identity_r2_linear_content": 0.6})
+    loss, metrics, blocks = fig.axes
+    assert [t.get_text() for t in metrics.get_legend().get_texts()] == ["linear R²", "MCC (Pearson)"]
+    assert [t.get_text() for t in blocks.get_legend().get_texts()] == ["linear R² [content]", "linear R² [style]"]
+    assert [line.get_ydata()[0] for line in blocks.lines if line.get_linestyle() == "--"] == [0.6]
+
+
+def test_a_single_evaluation_is_drawn_as_bars_beside_the_baseline():
+    records = [{"step": 5, "loss": 2.0}, {"step": 10, "loss": 1.0, "r2_linear": 0.8, "mcc_pearson": 0.7}]
+    fig = training_figure(records, {"identity_r2_linear": 0.6, "identity_mcc_pearson": 0.4})
+    _, scores = fig.axes
+    heights = [p.get_height() for p in scores.patches]
+    assert heights == [0.8, 0.7, 0.6, 0.4]
+    assert [t.get_text() for t in scores.get_xticklabels()] == ["linear R²", "MCC (Pearson)"]
+    assert "step 10" in scores.get_title()

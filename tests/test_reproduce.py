@@ -214,6 +214,8 @@ def test_reproduce_runs_end_to_end_at_tiny_scale(tmp_path, monkeypatch):
     text = result.markdown.read_text()
     assert "| infonce_bimodal | r2_linear_lambda_5 |" in text and "≈ 0.01 (figure, 50k)" in text
     assert "## Claims" in text and len(result.verdicts) >= 4
+    assert "**Scale tiny checks the plumbing only**" in text
+    assert "claims hold (scale tiny checks the plumbing only, not the claims)" in lines[-1]
     assert all(v.state in (HOLDS, FAILS) for v in result.verdicts)  # numbers exist; tiny runs decide nothing
     assert (out / "figures" / "block_r2_over_steps.png").stat().st_size > 0
     data = json.loads((out / "results.json").read_text())

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-TABLE_ROWS = [
-    ("linear R²", "r2_linear"),
-    ("nonlinear R²", "r2_nonlinear"),
-    ("MCC (Pearson)", "mcc_pearson"),
-    ("MCC (Spearman)", "mcc_spearman"),
-    ("block-aware MCC", "mcc_block_aware"),
-]
+from identifiable_cl.plots import LABELS, metric_label
+
 
 
 def results_table(summary: Mapping[str, Any]) -> str:
     """A short plain-text table: each metric for the trained encoder beside the identity baseline."""
-    rows = list(TABLE_ROWS)
-    rows += [(f"linear R² [{k[len('r2_linear_'):]}]", k) for k in summary if k.startswith("r2_linear_") and not k.endswith("per_dim")]
+    rows = [(LABELS[k], k) for k in LABELS]
+    rows += [(metric_label(k), k) for k in summary if k.startswith("r2_linear_") and not k.endswith("per_dim")]
     lines = [f"{'metric':<24}{'encoder':>10}{'identity g(z)':>16}"]
     for label, key in rows:
         if key in summary and isinstance(summary[key], (int, float)):

@@ -147,6 +147,9 @@ def markdown(
         f"Machine: {machine()}. Wall time of this invocation: {wall_s:.0f} s.",
         "",
     ]
+    if scale == "tiny":
+        parts += ["**Scale tiny checks the plumbing only** (a few steps, small samples): the verdicts below say "
+                  "nothing about the paper's claims; run `--scale smoke` or `--scale paper` for those.", ""]
     if experiment.notes:
         parts += [experiment.notes, ""]
     holds = sum(v.state == HOLDS for v in verdicts)

@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from identifiable_cl.rundir import write_json
+from identifiable_cl.rundir import read_metrics, write_json
 from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
 from identifiable_cl.sweeps.render import describe, render_command
 from identifiable_cl.sweeps.spec import SweepSpec
@@ -251,8 +251,18 @@ def _finish(run: PlannedRun, status: dict[str, Any], code: int, wall: float, sto
     status.update(state=state, exit_code=code, wall_s=round(wall, 3), ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     if stopped:
         status["stopped_by"] = "hyperband"
+        status["last_metrics"] = _last_record(run.folder / RUN)
     write_json(run.folder / STATUS, status)
     return Outcome(run, state, code, wall)
+
+
+def _last_record(run_dir: Path) -> dict[str, Any] | None:
+    """The last metrics record of a run (a stopped run's last metrics), or None."""
+    try:
+        records = read_metrics(run_dir)
+    except ValueError:
+        return None
+    return records[-1] if records else None
 
 
 def execute(spec: SweepSpec, run: PlannedRun, lock: int, device: str | None = None, workers: int = 1,

@@ -13,7 +13,7 @@ corners is rejected up front.
 With ``early_terminate: hyperband`` (any method) every running run is shown to the engine
 with its metrics so far every few seconds; a run it stops gets SIGINT, keeps its last
 checkpoint, and is recorded as ``stopped`` (``status.json``: ``state: stopped``,
-``stopped_by: hyperband``), which counts as done on a rerun.
+``stopped_by: hyperband``, ``last_metrics``: its last metrics record), which counts as done on a rerun.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
 import math
-import time
 
 import numpy as np
 import pytest
@@ -134,18 +133,3 @@ def test_deterministic_given_the_generator():
     for spec in ({"name": "normal"}, {"name": "laplace"}, {"name": "gennorm"}):
         cond = build(spec, space)
         assert torch.equal(cond.sample(z, gen(13)), cond.sample(z, gen(13)))
-
-
-@pytest.mark.parametrize("space", [Sphere(10), Box(10), Euclidean(10)])
-@pytest.mark.parametrize("name", ["normal", "laplace", "gennorm"])
-def test_vectorised_speed(space, name):
-    z = (space.uniform(6144, gen(14), torch.float32) if not isinstance(space, Euclidean)
-         else torch.randn(6144, 10, generator=gen(14)))
-    cond = build({"name": name}, space)
-    cond.sample(z, gen(15))
-    best = math.inf
-    for seed in range(3):
-        start = time.perf_counter()
-        cond.sample(z, gen(seed))
-        best = min(best, time.perf_counter() - start)
-    assert best < 0.2

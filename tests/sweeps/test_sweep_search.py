@@ -172,6 +172,7 @@ def test_hyperband_stops_a_poor_run_and_records_it(tmp_path, monkeypatch):
     assert [o.state for o in outcomes] == ["finished", "finished", "stopped"]
     status = read_status(outcomes[2].run.folder)
     assert status["state"] == "stopped" and status["stopped_by"] == "hyperband"
+    assert status["last_metrics"]["step"] < 8 and status["last_metrics"]["mcc_pearson"] < 0.1
     assert [o.state for o in run_sweep(load_sweep(path), tmp_path / "out", echo=quiet)] == ["skipped"] * 3
     rows = json.loads(results([tmp_path / "out"], fmt="json"))
     assert any("stopped early by hyperband" in r["problem"] for row in rows for r in row["failed_runs"])

@@ -158,7 +158,7 @@ def test_icl_sweep_check_and_dry_run_of_a_bayes_file_check_its_space(tmp_path, c
 
 def test_hyperband_stops_a_poor_run_and_records_it(tmp_path, monkeypatch):
     pytest.importorskip("sweeps")
-    monkeypatch.setenv("FAKE_EVALS", "8")
+    monkeypatch.setenv("FAKE_EVALS", "12")
     monkeypatch.setenv("FAKE_EVAL_S", "0.5")
     monkeypatch.setattr("identifiable_cl.sweeps.local.WATCH_EVERY", 0.3)
     path = tmp_path / "s.yaml"
@@ -172,7 +172,10 @@ def test_hyperband_stops_a_poor_run_and_records_it(tmp_path, monkeypatch):
     assert [o.state for o in outcomes] == ["finished", "finished", "stopped"]
     status = read_status(outcomes[2].run.folder)
     assert status["state"] == "stopped" and status["stopped_by"] == "hyperband"
-    assert status["last_metrics"]["step"] < 8 and status["last_metrics"]["mcc_pearson"] < 0.1
+    from identifiable_cl import rundir
+
+    assert status["last_metrics"] == rundir.read_metrics(outcomes[2].run.folder / "run")[-1]
+    assert status["last_metrics"]["mcc_pearson"] < 0.1
     assert [o.state for o in run_sweep(load_sweep(path), tmp_path / "out", echo=quiet)] == ["skipped"] * 3
     rows = json.loads(results([tmp_path / "out"], fmt="json"))
     assert any("stopped early by hyperband" in r["problem"] for row in rows for r in row["failed_runs"])

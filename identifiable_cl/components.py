@@ -142,7 +142,6 @@ def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Comp
         process = dgp.build_process(config["dgp"], seed=config["seed"])
     process = process.to(device)
     encoder, loss = models(config, process)
-    check_fit(config, encoder, loss)
     encoder = encoder.to(device=device, dtype=process.dtype)
     loss = loss.to(device=device, dtype=process.dtype)
     groups = [{"params": list(encoder.parameters()), "lr": config["optim"]["lr"], "name": "encoder"}]

@@ -172,6 +172,15 @@ DEFAULTS: dict[str, Any] = _tree(SCHEMA)
 _SECTIONS = {key.rsplit(".", 1)[0] for key in SCHEMA if "." in key} | set(COMPONENT_SECTIONS)
 
 
+def yaml_text(value: Any) -> str:
+    """A value as a YAML config writes it on one line (``null``, ``true``, ``[1, 2]``)."""
+    try:
+        out = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()
+    except yaml.YAMLError:
+        return repr(value)
+    return out[: -len("...")].strip() if out.endswith("\n...") else out
+
+
 def key_listing(components: bool = False) -> str:
     """Every config key with its default, allowed values and description (for ``icl train --help``).
 
@@ -197,20 +206,13 @@ def key_listing(components: bool = False) -> str:
     import identifiable_cl.losses  # noqa: F401
     from dgp.registry import REGISTRIES, option_docs, option_parameters
 
-    def text(value: Any) -> str:
-        try:
-            out = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()
-        except yaml.YAMLError:
-            return repr(value)
-        return out[: -len("...")].strip() if out.endswith("\n...") else out
-
     def kind_text(kind: str) -> str:
         return kind[:-1] + " | null" if kind.endswith("?") else kind
 
     rows = [("KEY", "TYPE", "DEFAULT", "ALLOWED", "DESCRIPTION")]
     for key, entry in SCHEMA.items():
         if isinstance(entry, Leaf):
-            rows.append((key, kind_text(entry.kind), text(entry.default), entry.describe(), entry.doc))
+            rows.append((key, kind_text(entry.kind), yaml_text(entry.default), entry.describe(), entry.doc))
             continue
         default = dict(entry.default)
         last = key.rsplit(".", 1)[-1]
@@ -229,10 +231,10 @@ def key_listing(components: bool = False) -> str:
             annotation = param.annotation
             type_ = "" if annotation is inspect.Parameter.empty else getattr(annotation, "__name__", str(annotation))
             type_ = re.sub(r"\bNone\b", "null", type_)
-            rows.append((f"  {key}.{option}", type_, text(value), f"option of {default['name']}", docs.get(option, "")))
+            rows.append((f"  {key}.{option}", type_, yaml_text(value), f"option of {default['name']}", docs.get(option, "")))
         for option in default:
             if option != "name" and option not in params:
-                rows.append((f"  {key}.{option}", "", text(default[option]), f"option of {default['name']}", ""))
+                rows.append((f"  {key}.{option}", "", yaml_text(default[option]), f"option of {default['name']}", ""))
     widths = [min(max(len(row[i]) for row in rows), cap) for i, cap in enumerate((34, 16, 18, 30))]
     lines = []
     for row in rows:

@@ -10,20 +10,10 @@ SUPPLIED = {"losses": ("dim",), "encoders": ("input_dim", "latent_dim")}
 """Options that ``icl`` itself passes when it builds a component of the kind (not set in a config)."""
 
 
-def _value(value: Any) -> str:
-    """A default as it is written in a YAML config (``null``, ``true``, ``[1, 2]``)."""
-    import yaml
-
-    try:
-        out = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()
-    except yaml.YAMLError:
-        return repr(value)
-    return out[: -len("...")].strip() if out.endswith("\n...") else out
-
-
 def option_lines(kind: str, obj: Any) -> list[str]:
     """``name = default  description`` for each option of ``obj`` (indented for the listing)."""
     from dgp.registry import option_docs, option_parameters
+    from identifiable_cl.config import yaml_text
 
     try:
         params, var_kwargs = option_parameters(obj)
@@ -37,7 +27,7 @@ def option_lines(kind: str, obj: Any) -> list[str]:
         elif param.default is inspect.Parameter.empty:
             default = "(required)"
         else:
-            default = f"= {_value(param.default)}"
+            default = f"= {yaml_text(param.default)}"
         cells.append((f"{name} {default}", docs.get(name, "")))
     if var_kwargs:
         cells.append(("**options", "takes any other option too"))

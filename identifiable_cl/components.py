@@ -61,10 +61,12 @@ class Components:
 
 
 def models(config: Mapping[str, Any], process: dgp.Process) -> tuple[nn.Module, nn.Module]:
-    """Encoder ``(N, n) -> (N, d)`` and loss on ``d``, initialised from the run's ``model`` stream."""
+    """Encoder ``(N, n) -> (N, d)`` and loss on ``d``, initialised from the run's ``model`` and ``loss``
+    streams (torch's default generator is seeded from each in turn, and restored afterwards)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(stream_seed(config["seed"], "model"))
         encoder = ENCODERS.build(config["encoder"], key="encoder", input_dim=process.dim, latent_dim=process.dim)
+        torch.manual_seed(stream_seed(config["seed"], "loss"))
         loss = LOSSES.build(config["loss"], key="loss", dim=encoder.output_dim)
     return encoder, loss
 

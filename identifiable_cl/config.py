@@ -129,6 +129,9 @@ SCHEMA: dict[str, Leaf | Section] = {
     "eval.final_n_test": Leaf(40960, "int", "test samples of the final evaluation and the identity baseline", minimum=2),
     "eval.nonlinear": Leaf(True, "bool", "also measure nonlinear R² (kernel ridge)"),
     "eval.in_sample": Leaf(False, "bool", "score on the fit sample, as the reference codes do"),
+    "eval.in_sample_n": Leaf(None, "int?", "also score the final evaluation and the identity baseline in sample "
+                             "on this many fresh samples, linear metrics only, as the reference codes log them "
+                             "(keys <metric>_in_sample); null: not", minimum=2),
     "wandb.project": Leaf("identifiable-cl", "str?", "W&B project"),
     "wandb.group": Leaf(None, "str?", "W&B group"),
     "wandb.name": Leaf(None, "str?", "W&B run name"),

@@ -40,12 +40,17 @@ LABELS = {
 """Readable names of the headline metrics, in the order tables and legends list them."""
 CURVES = tuple(LABELS)
 BLOCK_PREFIXES = ("r2_linear_", "r2_nonlinear_")
+IN_SAMPLE = "_in_sample"
+"""Suffix of the metrics scored on their own fit sample (``eval.in_sample_n``)."""
 MAX_POINTS = 2000
 """Points drawn per scatter panel (an evenly spaced subset of the test sample)."""
 
 
 def metric_label(key: str) -> str:
-    """``r2_linear`` → ``linear R²``; a block metric ``r2_linear_content`` → ``linear R² [content]``."""
+    """``r2_linear`` → ``linear R²``; a block metric ``r2_linear_content`` → ``linear R² [content]``;
+    ``mcc_pearson_in_sample`` → ``MCC (Pearson), in sample``."""
+    if key.endswith(IN_SAMPLE):
+        return f"{metric_label(key[: -len(IN_SAMPLE)])}, in sample"
     if key in LABELS:
         return LABELS[key]
     for prefix in BLOCK_PREFIXES:
@@ -56,7 +61,8 @@ def metric_label(key: str) -> str:
 
 def block_metrics(record: Mapping[str, Any]) -> list[str]:
     """The per-block R² keys of a record or summary (content/style, Λ groups), in their order."""
-    return [k for k in record if k.startswith(BLOCK_PREFIXES) and not k.endswith("per_dim") and _finite(record[k])]
+    return [k for k in record if k.startswith(BLOCK_PREFIXES) and not k.endswith(("per_dim", IN_SAMPLE))
+            and _finite(record[k])]
 
 
 def run_title(config: Mapping[str, Any], run_dir: Path) -> str:

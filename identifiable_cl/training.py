@@ -6,7 +6,8 @@ metrics. Everything is built and checked before the run directory is created,
 so invalid input leaves nothing on disk.
 
 Random streams, all derived from ``config["seed"]`` by name: ``dgp.*`` (the
-process's parameters), ``model`` (initial weights), ``train.batches`` (the
+process's parameters), ``model`` (initial weights), ``loss`` (the loss's own
+random parameters, e.g. AnInfoNCE's initial Λ̂), ``train.batches`` (the
 training batches) and ``eval.<step>`` (the held-out sample of each evaluation,
 so evaluation never disturbs training and a resumed run evaluates exactly as an
 uninterrupted one).
@@ -93,8 +94,19 @@ def evaluation(c: Components, final: bool) -> dict[str, Any]:
         nonlinear=e["nonlinear"],
         in_sample=e["in_sample"],
     )
+    if final and e["in_sample_n"] is not None:
+        generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.step}.in_sample"))
+        metrics.update(in_sample_metrics(encode_fn(c.encoder), c.process, generator, e["in_sample_n"]))
     metrics.update(loss_metrics(c, metrics))
     return metrics
+
+
+def in_sample_metrics(encode: Callable[[Tensor], Tensor], process: Any, generator: torch.Generator,
+                      n: int) -> dict[str, float]:
+    """The scalar linear metrics (R², MCCs, block R²) fitted and scored on the same ``n`` fresh samples,
+    as the reference codes log them; keys get the suffix ``_in_sample``."""
+    scored = evaluate(encode, process, generator, n_fit=n, n_test=2, nonlinear=False, in_sample=True)
+    return {f"{k}_in_sample": v for k, v in scored.items() if isinstance(v, float)}
 
 
 def loss_metrics(c: Components, metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -248,6 +260,10 @@ class Trainer:
                 self.c.process, generator, n_fit=e["final_n_fit"], n_test=e["final_n_test"],
                 nonlinear=e["nonlinear"], in_sample=e["in_sample"],
             )
+            if e["in_sample_n"] is not None:
+                generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.identity.in_sample"))
+                scored = in_sample_metrics(lambda x: x, self.c.process, generator, e["in_sample_n"])
+                base.update({f"identity_{k}": v for k, v in scored.items()})
             self.c.extra["identity"] = {k: v for k, v in base.items() if not k.startswith("identity_mcc_matching")}
         return self.c.extra["identity"]
 

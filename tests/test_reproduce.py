@@ -36,12 +36,16 @@ def test_the_three_papers_and_the_extensions_are_present():
 @pytest.mark.parametrize("name", experiment_names())
 def test_every_run_of_every_experiment_validates_at_every_scale(name):
     experiment = load_experiment(name)
-    check_experiment(experiment, SCALES)
+    check_experiment(experiment)
     for run in experiment.runs:
         paper = experiment.config(run.label, "paper")
         smoke = experiment.config(run.label, "smoke")
         assert smoke["train"]["steps"] < paper["train"]["steps"]
         assert smoke["train"]["batch_size"] <= paper["train"]["batch_size"]
+        if "medium" in experiment.scale_names():
+            medium = experiment.config(run.label, "medium")
+            assert smoke["train"]["steps"] <= medium["train"]["steps"] < paper["train"]["steps"]
+            assert medium["train"]["batch_size"] <= paper["train"]["batch_size"]
     assert (EXPERIMENTS_DIR / name / "RESULTS.md").is_file()
     assert KNOWN_SMOKE_FAILURES.get(name, set()) <= {c.text for c in experiment.claims}
 

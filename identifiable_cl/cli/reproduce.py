@@ -35,9 +35,11 @@ def run(args: argparse.Namespace) -> int:
                          f"{', '.join(experiment_names()) or 'none'}")
     command = "icl reproduce " + " ".join(
         shlex.quote(str(a)) for a in (args.name, "--scale", args.scale, "--seeds", args.seeds, "--workers", args.workers)
-    ) + (f" --pack {args.pack}" if args.pack > 1 else "") + (f" --out {shlex.quote(str(args.out))}" if args.out else "")
-    result = reproduce(args.name, args.scale, seeds=args.seeds, workers=args.workers, pack=args.pack, out=args.out,
-                       command=command)
+    ) + (f" --pack {args.pack}" if args.pack > 1 else "") + (f" --runs {shlex.quote(args.runs)}" if args.runs else "") + (
+        f" --out {shlex.quote(str(args.out))}" if args.out else "")
+    runs = None if args.runs is None else [label.strip() for label in args.runs.split(",") if label.strip()]
+    result = reproduce(args.name, args.scale, seeds=args.seeds, workers=args.workers, pack=args.pack, runs=runs,
+                       out=args.out, command=command)
     failed = sum(len(r.failed) for r in result.results.values())
     return 1 if failed else 0
 
@@ -56,12 +58,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="experiment name (a folder of experiments/) or the path of its folder; required unless --list")
     p.add_argument("--list", action="store_true", help="list the packaged experiments with their titles and exit")
     p.add_argument("--scale", choices=SCALES, default="smoke",
-                   help="paper: the published settings; smoke: reduced for a CPU (default); tiny: a few steps, "
-                   "checks the plumbing only")
+                   help="paper: the published settings; medium: the published settings for fewer steps, sized "
+                   "for one machine (where the experiment defines it); smoke: reduced for a CPU (default); tiny: a "
+                   "few steps, checks the plumbing only")
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per configuration (default: 1)")
     p.add_argument("--workers", type=int, default=1, help="runs in parallel (default: 1)")
     p.add_argument("--pack", type=int, default=1, metavar="K",
                    help="train up to K seeds of a run in one process, one batched computation (default: 1)")
+    p.add_argument("--runs", metavar="LABEL,...",
+                   help="only these run labels of the experiment (default: all); claims about others get no data")
     p.add_argument("--out", help=f"output folder (default: {DEFAULT_OUT}/NAME-SCALE)")
     p.set_defaults(func=run)
     return p

@@ -50,8 +50,10 @@ class AnInfoNCE(ContrastiveLoss):
 
     Options:
         lambda_init: initial Λ̂ value on every dimension (> 0), or ``"random"``: θ ~ 0.1·N(0, 1)
-            as in the official code, drawn from a generator seeded with ``seed``.
-        seed: seed of that draw.
+            as in the official code.
+        seed: seed of that draw, or None (default): draw it from torch's default generator,
+            which a run seeds from its root seed's ``loss`` stream, so every seed of an
+            experiment starts from its own Λ̂.
         factor: c > 0 (official code: 1/2).
         negatives, reduction: as in ``infonce``; negatives="r24" with "logsumexp" and
             factor=0.5, unit_norm=True reproduces the official AnInfoNCE code exactly.
@@ -66,7 +68,7 @@ class AnInfoNCE(ContrastiveLoss):
         *,
         dim: int,
         lambda_init: float | str = "random",
-        seed: int = 0,
+        seed: int | None = None,
         factor: float = 0.5,
         negatives: str = "symmetric",
         reduction: str = "logsumexp",
@@ -75,10 +77,11 @@ class AnInfoNCE(ContrastiveLoss):
     ):
         super().__init__()
         self.dim = check_dim(dim)
-        seed = checks.integer(option_key("seed"), seed, minimum=0)
+        if seed is not None:
+            seed = checks.integer(option_key("seed"), seed, minimum=0)
         if isinstance(lambda_init, str):
             checks.choice(option_key("lambda_init"), lambda_init, ["random"])
-            generator = torch.Generator().manual_seed(seed)
+            generator = None if seed is None else torch.Generator().manual_seed(seed)
             raw = 0.1 * torch.randn(self.dim, generator=generator, dtype=torch.float64)
         else:
             value = checks.positive(option_key("lambda_init"), lambda_init)

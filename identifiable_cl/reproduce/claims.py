@@ -3,10 +3,11 @@
 A claim reads ``left op right + offset``:
 
 - ``left`` / ``right``: an operand, either a number, a mapping ``{scale: number}``
-  (a threshold that depends on the scale; ``tiny`` falls back to ``smoke``), or
+  (a threshold that depends on the scale; ``tiny`` and ``medium`` fall back to ``smoke``), or
   ``{run: LABEL, metric: KEY}`` (the mean over seeds of that run's summary metric,
   e.g. ``r2_linear_lambda_5`` or ``identity_r2_linear``);
-- ``op``: ``>=``, ``<=``, ``>`` or ``<``;
+- ``op``: ``>=``, ``<=``, ``>`` or ``<``; or ``within``, with ``tolerance`` (a number or
+  ``{scale: number}``): |left − (right + offset)| ≤ tolerance, for "matches a published number";
 - ``offset`` (optional, default 0): a number or ``{scale: number}`` added to ``right``,
   for "exceeds the other run by at least X";
 - ``scales`` (optional): the scales the claim is checked at (default: all).
@@ -29,7 +30,8 @@ from typing import Any, Mapping, Sequence
 
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 SYMBOLS = {">=": "≥", "<=": "≤", ">": ">", "<": "<"}
-FALLBACK = {"tiny": "smoke"}
+WITHIN = "within"
+FALLBACK = {"tiny": "smoke", "medium": "smoke"}
 """A scale without its own value of a per-scale number uses this scale's value."""
 
 HOLDS, FAILS, NO_DATA = "holds", "fails", "no data"
@@ -89,20 +91,23 @@ class Claim:
     right: Operand
     offset: Operand
     scales: tuple[str, ...] | None = None
+    tolerance: Operand | None = None
 
     @classmethod
     def parse(cls, where: str, raw: Any, scales: Sequence[str]) -> "Claim":
         if not isinstance(raw, Mapping):
             raise ValueError(f"{where}={raw!r} is invalid: expected a mapping with claim, left, op, right")
-        allowed = {"claim", "left", "op", "right", "offset", "scales"}
+        allowed = {"claim", "left", "op", "right", "offset", "scales", "tolerance"}
         unknown = sorted(set(raw) - allowed)
         if unknown:
             raise ValueError(f"{where}: unknown entries {unknown}; allowed: {', '.join(sorted(allowed))}")
         missing = [k for k in ("claim", "left", "op", "right") if k not in raw]
         if missing:
             raise ValueError(f"{where}: missing {', '.join(missing)}")
-        if raw["op"] not in OPS:
-            raise ValueError(f"{where}.op={raw['op']!r} is invalid: allowed: {', '.join(OPS)}")
+        if raw["op"] not in (*OPS, WITHIN):
+            raise ValueError(f"{where}.op={raw['op']!r} is invalid: allowed: {', '.join((*OPS, WITHIN))}")
+        if (raw["op"] == WITHIN) != ("tolerance" in raw):
+            raise ValueError(f"{where}: a tolerance goes with op 'within', and op 'within' needs one")
         only = raw.get("scales")
         if only is not None and (not isinstance(only, list) or not only or any(s not in scales for s in only)):
             raise ValueError(f"{where}.scales={only!r} is invalid: a non-empty list of {', '.join(scales)}")
@@ -116,6 +121,7 @@ class Claim:
             right=Operand.parse(f"{where}.right", raw["right"], scales),
             offset=Operand.parse(f"{where}.offset", raw.get("offset", 0.0), scales),
             scales=None if only is None else tuple(only),
+            tolerance=Operand.parse(f"{where}.tolerance", raw["tolerance"], scales) if "tolerance" in raw else None,
         )
 
     def runs(self) -> set[str]:
@@ -153,7 +159,6 @@ def check(claim: Claim, means: Means, scale: str) -> Verdict:
     left = _value(claim.left, means, scale)
     right = _value(claim.right, means, scale)
     offset = _value(claim.offset, means, scale)
-    symbol = SYMBOLS[claim.op]
     if left is None or right is None or offset is None:
         missing = [o.text() for o, v in ((claim.left, left), (claim.right, right), (claim.offset, offset)) if v is None]
         return Verdict(claim, NO_DATA, left, right, None, f"no value for {', '.join(missing)}")
@@ -161,6 +166,14 @@ def check(claim: Claim, means: Means, scale: str) -> Verdict:
     right_text = f"{claim.right.text()} = {right:.3f}" if claim.right.run is not None else f"{right:.3f}"
     if offset:
         right_text = f"{right_text} {'+' if offset > 0 else '−'} {abs(offset):.3f} = {threshold:.3f}"
+    if claim.tolerance is not None:
+        tolerance = _value(claim.tolerance, means, scale)
+        if tolerance is None:
+            return Verdict(claim, NO_DATA, left, right, threshold, f"no value for {claim.tolerance.text()}")
+        holds = abs(left - threshold) <= tolerance
+        detail = (f"{claim.left.text()} = {left:.3f} {'' if holds else 'is not '}within ±{tolerance:.3f} of {right_text} "
+                  f"(off by {left - threshold:+.3f})")
+        return Verdict(claim, HOLDS if holds else FAILS, left, right, threshold, detail)
     holds = OPS[claim.op](left, threshold)
-    detail = f"{claim.left.text()} = {left:.3f} {'' if holds else 'is not '}{symbol} {right_text}"
+    detail = f"{claim.left.text()} = {left:.3f} {'' if holds else 'is not '}{SYMBOLS[claim.op]} {right_text}"
     return Verdict(claim, HOLDS if holds else FAILS, left, right, threshold, detail)

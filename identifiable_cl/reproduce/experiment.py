@@ -1,4 +1,4 @@
-"""An experiment: one paper's runs at two scales, its reference numbers, claims and figures.
+"""An experiment: one paper's runs at several scales, its reference numbers, claims and figures.
 
 Read from ``experiments/<name>/experiment.yaml``::
 
@@ -10,13 +10,15 @@ Read from ``experiments/<name>/experiment.yaml``::
     base: {dotted.key: value, ...}            # every run, every scale
     scales:
       paper: {dotted.key: value, ...}         # the published settings
+      medium: {dotted.key: value, ...}        # optional: published settings, fewer steps
       smoke: {dotted.key: value, ...}         # reduced for a CPU
     runs:
       - label: infonce_bimodal
         description: one line
         overrides: {dotted.key: value, ...}
         scales: {paper: {...}, smoke: {...}}  # optional per-run, per-scale overrides
-        reference: {metric: number or text}   # optional published numbers
+        reference: {metric: number or text,   # optional published numbers, for every
+                    metric: {scale: number or text}}  # scale or per scale
     metrics: [summary keys shown in the table]
     claims: [see identifiable_cl.reproduce.claims]
     figures: [see identifiable_cl.reproduce.report]
@@ -26,7 +28,9 @@ run's ``overrides`` and the run's ``scales[scale]``, each layer a ``--key=value`
 override; a layer that changes a component's ``name`` drops the options earlier
 layers gave that component (as :func:`identifiable_cl.config.merge_layer` does).
 The ``tiny`` scale is ``smoke`` with :data:`TINY` on top: a few steps and small
-evaluation samples, to check the plumbing, not the claims.
+evaluation samples, to check the plumbing, not the claims. ``paper`` and ``smoke`` are
+required; ``medium`` (the published settings trained for fewer steps, sized to finish on one
+machine) exists where the experiment defines it.
 
 The experiment folders are found through :mod:`identifiable_cl.packaged`, in a wheel as in a
 source checkout.
@@ -46,9 +50,10 @@ from identifiable_cl.sweeps.spec import is_config_key, parse_sweep
 
 
 FILE = "experiment.yaml"
-SCALES = ("paper", "smoke", "tiny")
-DATA_SCALES = ("paper", "smoke")
-"""Scales an experiment file defines; ``tiny`` is derived from ``smoke``."""
+SCALES = ("paper", "medium", "smoke", "tiny")
+DATA_SCALES = ("paper", "medium", "smoke")
+"""Scales an experiment file defines (``medium`` optionally); ``tiny`` is derived from ``smoke``."""
+REQUIRED_SCALES = ("paper", "smoke")
 TINY: dict[str, Any] = {
     "train.steps": 4,
     "train.batch_size": 64,
@@ -111,6 +116,14 @@ class RunSpec:
     scales: dict[str, dict[str, Any]]
     reference: dict[str, Any]
 
+    def reference_at(self, metric: str, scale: str) -> Any:
+        """The published number (or text) for ``metric`` at ``scale``: a per-scale entry's value there
+        (``tiny`` reads ``smoke``'s), or the entry itself; None when there is none."""
+        value = self.reference.get(metric)
+        if isinstance(value, Mapping):
+            return value.get("smoke" if scale == "tiny" else scale)
+        return value
+
 
 @dataclass(frozen=True)
 class Experiment:
@@ -129,6 +142,10 @@ class Experiment:
     figures: tuple[dict[str, Any], ...]
     folder: Path
 
+    def scale_names(self) -> tuple[str, ...]:
+        """The scales this experiment can run at, in :data:`SCALES` order."""
+        return tuple(s for s in SCALES if s not in DATA_SCALES or s in REQUIRED_SCALES or s in self.scales)
+
     def run(self, label: str) -> RunSpec:
         for run in self.runs:
             if run.label == label:
@@ -137,8 +154,8 @@ class Experiment:
 
     def overrides(self, label: str, scale: str) -> dict[str, Any]:
         """The flat ``--key=value`` overrides of run ``label`` at ``scale``."""
-        if scale not in SCALES:
-            raise ValueError(f"--scale {scale!r}: allowed: {', '.join(SCALES)}")
+        if scale not in self.scale_names():
+            raise ValueError(f"--scale {scale!r}: experiment {self.name} has the scales {', '.join(self.scale_names())}")
         data_scale = "smoke" if scale == "tiny" else scale
         run = self.run(label)
         layers = [self.base, self.scales.get(data_scale, {}), run.overrides, run.scales.get(data_scale, {})]
@@ -226,6 +243,12 @@ def parse_experiment(raw: Any, folder: Path, source: str) -> Experiment:
         reference = r.get("reference") or {}
         if not isinstance(reference, Mapping):
             raise ValueError(f"{where}.reference: a mapping from metric to number or text")
+        for metric, value in reference.items():
+            if isinstance(value, Mapping) and (not value or any(k not in DATA_SCALES for k in value)):
+                raise ValueError(
+                    f"{where}.reference.{metric}={dict(value)!r} is invalid: a number or text, or a mapping "
+                    f"from scales ({', '.join(DATA_SCALES)}) to numbers or text"
+                )
         runs.append(
             RunSpec(
                 label=r["label"],
@@ -282,9 +305,10 @@ def load_experiment(name: str | Path, root: Path = EXPERIMENTS_DIR) -> Experimen
     return parse_experiment(dict(read_yaml_mapping(path, "experiment file")), path.parent, str(path))
 
 
-def check_experiment(experiment: Experiment, scales: tuple[str, ...] = SCALES) -> None:
-    """Resolve every run's config at every scale and check every generated sweep (ValueError on the first problem)."""
-    for scale in scales:
+def check_experiment(experiment: Experiment, scales: tuple[str, ...] | None = None) -> None:
+    """Resolve every run's config at every scale (default: the experiment's own) and check every generated
+    sweep (ValueError on the first problem)."""
+    for scale in experiment.scale_names() if scales is None else scales:
         for run in experiment.runs:
             experiment.config(run.label, scale)
             parse_sweep(experiment.sweep(run.label, scale, 1), f"{experiment.name}/{run.label} ({scale})")

@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from identifiable_cl.reproduce import report
 from identifiable_cl.reproduce.claims import Verdict, check
@@ -56,10 +56,13 @@ Planned = list[tuple[str, SweepSpec, PlannedRun]]
 """(run label, its sweep, one planned seed of it)."""
 
 
-def plan(experiment: Experiment, scale: str, seeds: int, out: Path) -> Planned:
-    """Every planned run of the experiment; each sweep file is written to ``out/sweeps``."""
+def plan(experiment: Experiment, scale: str, seeds: int, out: Path, labels: Sequence[str] | None = None) -> Planned:
+    """Every planned run of the experiment (of the runs ``labels`` only, when given); each sweep file is
+    written to ``out/sweeps``."""
     planned = []
     for spec_run in experiment.runs:
+        if labels is not None and spec_run.label not in labels:
+            continue
         raw = experiment.sweep(spec_run.label, scale, seeds)
         spec = parse_sweep(raw, f"{experiment.name}/{spec_run.label}")
         write_sweep_file(spec, out / SWEEPS)
@@ -109,11 +112,15 @@ def reproduce(
     seeds: int = 1,
     workers: int = 1,
     pack: int = 1,
+    runs: Sequence[str] | None = None,
     out: str | Path | None = None,
     command: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> Reproduction:
-    """Run experiment ``name`` at ``scale`` with seeds 0..seeds-1 and write results.md into ``out``."""
+    """Run experiment ``name`` at ``scale`` with seeds 0..seeds-1 and write results.md into ``out``.
+
+    ``runs`` (labels) restricts the runs to some of the experiment's; claims about the others then
+    have no data."""
     if scale not in SCALES:
         raise ValueError(f"--scale {scale!r}: allowed: {', '.join(SCALES)}")
     if seeds < 1:
@@ -123,11 +130,18 @@ def reproduce(
     if pack < 1:
         raise ValueError(f"--pack {pack}: must be >= 1")
     experiment = load_experiment(name)
+    if scale not in experiment.scale_names():
+        raise ValueError(f"--scale {scale}: experiment {experiment.name} has the scales {', '.join(experiment.scale_names())}")
+    labels = [r.label for r in experiment.runs]
+    unknown = [label for label in runs or () if label not in labels]
+    if unknown or (runs is not None and not runs):
+        raise ValueError(f"--runs {','.join(runs or [])}: allowed: run labels of {experiment.name}, comma-separated: "
+                         f"{', '.join(labels)}")
     check_experiment(experiment, (scale,))
     out = Path(out) if out is not None else Path(DEFAULT_OUT) / f"{experiment.name}-{scale}"
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    planned = plan(experiment, scale, seeds, out)
+    planned = plan(experiment, scale, seeds, out, runs)
     run_all(planned, workers, echo, pack)
     results = collect(experiment, planned)
     means = {label: res.means() for label, res in results.items()}

@@ -151,6 +151,31 @@ def test_random_init_is_seeded_and_small():
     assert abs(a.mean().item()) < 0.01 and a.std().item() == pytest.approx(0.1, rel=0.05)
 
 
+def test_unseeded_init_draws_from_torchs_default_generator():
+    torch.manual_seed(3)
+    expected = 0.1 * torch.randn(6, dtype=torch.float64)
+    torch.manual_seed(3)
+    drawn = AnInfoNCE(dim=6).raw_lambda.detach().double()
+    assert torch.allclose(drawn, expected.float().double())
+
+
+def test_runs_draw_their_initial_lambda_from_the_root_seed():
+    from identifiable_cl.components import models
+    from identifiable_cl.config import load_config
+    import dgp
+
+    def initial(seed, **loss):
+        config = load_config(None, {"seed": seed, "loss.name": "aninfonce", "loss.unit_norm": False, **loss})
+        process = dgp.build_process(config["dgp"], seed=config["seed"])
+        return models(config, process)[1].raw_lambda.detach()
+
+    first, again, second = initial(0), initial(0), initial(1)
+    assert torch.equal(first, again) and not torch.equal(first, second)
+    explicit = [initial(seed, **{"loss.seed": 5}) for seed in (0, 1)]
+    assert torch.equal(explicit[0], explicit[1])
+    assert torch.equal(explicit[0], AnInfoNCE(dim=first.numel(), seed=5).raw_lambda.detach())
+
+
 @pytest.mark.parametrize("value", [1e-3, 0.5, 1.0, 50.0])
 def test_scalar_init_and_logs(value):
     loss = AnInfoNCE(dim=3, lambda_init=value, lr=1e-3)

@@ -78,6 +78,10 @@ class Negatives(nn.Module):
         """Negatives for anchors ``z``: ``(m, n)`` shared, ``(batch, k, n)`` per anchor, or None."""
         raise NotImplementedError
 
+    def check_marginal(self, marginal: Marginal) -> None:
+        """A ValueError when these negatives cannot be drawn for ``marginal`` whatever the anchors
+        (the process calls it once it has both); the default accepts every marginal."""
+
     def describe(self) -> str:
         raise NotImplementedError
 

@@ -8,13 +8,18 @@
 
 A marginal with a closed-form exponential tilt also has ``sample_tilted(z, beta, num, generator)``:
 ``(B, num, n)`` exact draws of q_β(z⁻|z) ∝ exp(β zᵀz⁻) p(z⁻) for each anchor row of ``z`` (used by the
-``tilted`` hard negatives; marginals without it are handled there by importance resampling).
+``tilted`` hard negatives; marginals without it are handled there by importance resampling). Every
+marginal here also has ``tilt_limit()``: the bound on β|z_i| below which that tilt is normalisable (inf on
+the sphere and the box and for the normal; 1/scale for Laplace coordinates on R^n and for generalized
+normal ones with p = 1; 0 for p < 1, whose tails are heavier than exponential; inf for p > 1).
 
 Draws follow the dtype of the module's buffers (float32 unless cast, e.g. by the process) and the device
 of the generator.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -40,6 +45,15 @@ class _Marginal(Marginal):
     @property
     def dtype(self) -> torch.dtype:
         return self._dtype_anchor.dtype
+
+    def tilt_limit(self) -> float:
+        """The bound on |t| below which exp(t x) p_i(x) has finite mass for every coordinate i.
+
+        The tilt q_β(z⁻|z) ∝ exp(β zᵀz⁻) p(z⁻) is a proper density iff β|z_i| < ``tilt_limit()`` for every
+        coordinate with z_i ≠ 0. ``inf``: every tilt is (a bounded space, or tails lighter than exponential);
+        ``0``: none is but the trivial one (tails heavier than exponential).
+        """
+        return math.inf
 
 
 @MARGINALS.register("uniform")
@@ -108,6 +122,13 @@ class _LocationScale(_Marginal):
             return self._truncated(loc, self.space.low, self.space.high, generator)
         return self._plain(loc, generator)
 
+    def tilt_limit(self) -> float:
+        """inf on the box (bounded: every tilt is normalisable), else the limit of the plain law on R."""
+        return math.inf if isinstance(self.space, Box) else self._plain_tilt_limit()
+
+    def _plain_tilt_limit(self) -> float:
+        return math.inf
+
     def _law(self) -> str:
         return f"loc={self.loc:g}, scale={self.scale:g}"
 
@@ -160,6 +181,10 @@ class LaplaceMarginal(_LocationScale):
     def _truncated(self, loc: Tensor, low: float, high: float, generator: torch.Generator) -> Tensor:
         return truncation.truncated_laplace(loc, self.scale, low, high, generator)
 
+    def _plain_tilt_limit(self) -> float:
+        """exp(-|x - loc|/scale + t x) has finite mass on R iff |t| < 1/scale."""
+        return 1.0 / self.scale
+
 
 @MARGINALS.register("gennorm")
 class GenNormMarginal(_LocationScale):
@@ -182,6 +207,13 @@ class GenNormMarginal(_LocationScale):
 
     def _truncated(self, loc: Tensor, low: float, high: float, generator: torch.Generator) -> Tensor:
         return truncation.truncated_gennorm(loc, self.scale, self.p, low, high, generator)
+
+    def _plain_tilt_limit(self) -> float:
+        """exp(-|(x - loc)/scale|^p + t x) on R: finite for every t when p > 1, for |t| < 1/scale when p = 1
+        (the Laplace law), and for t = 0 only when p < 1."""
+        if self.p > 1.0:
+            return math.inf
+        return 1.0 / self.scale if self.p == 1.0 else 0.0
 
     def _law(self) -> str:
         return f"loc={self.loc:g}, scale={self.scale:g}, p={self.p:g}"

@@ -107,6 +107,7 @@ class Process(nn.Module):
             cfg["conditional"], self.space, rng("conditional"), key="dgp.conditional"
         )
         self.negatives = NEGATIVES.build(cfg["negatives"], self.space, rng("negatives"), key="dgp.negatives")
+        self.negatives.check_marginal(self.marginal)
         self.mixing = MIXINGS.build(cfg["mixing"], dim, rng("mixing"), key="dgp.mixing")
         self._check_blocks()
         self.register_buffer("_anchor", torch.zeros((), dtype=dtype), persistent=False)

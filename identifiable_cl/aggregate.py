@@ -29,7 +29,11 @@ from identifiable_cl.config import flat_keys, read_yaml_mapping
 from identifiable_cl.rundir import CONFIG, DGP, STOPPED, SUMMARY, is_run_dir, read_json
 from identifiable_cl.sweeps.local import LOG, PARAMS, RUN, STATUS, read_params, read_status
 
-DEFAULT_METRICS = ("r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "mcc_block_aware")
+DEFAULT_METRICS = (
+    "r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "mcc_block_aware", "mcc_block_aware_random_rotation",
+)
+"""Columns of a table without ``--metrics``, those present in some run's summary. Block-aware MCC is
+followed by its chance level, the block-aware MCC of a random rotation of z on the same held-out latents."""
 FORMATS = ("md", "csv", "json", "latex")
 SEED = "seed"
 

@@ -8,7 +8,9 @@
 - ``training.png`` (from ``metrics.jsonl``): the training loss, and the held-out
   R² and MCC over steps beside the identity baseline of ``summary.json``; with
   blocks (content/style, Λ groups) a third panel gives each block's R²; with a
-  single evaluation the scores are bars, not one-point curves.
+  single evaluation the scores are bars, not one-point curves. Block-aware MCC
+  comes with its chance level, the score of a random rotation of z (black dashed,
+  "random rotation"), from ``summary.json`` or else the last evaluation.
 
 Every figure is titled with the run (:func:`run_title`: name, loss, process, seed).
 - ``lambda.png`` (when the DGP has a true Λ, from ``summary.json`` or the last
@@ -36,9 +38,15 @@ LABELS = {
     "mcc_pearson": "MCC (Pearson)",
     "mcc_spearman": "MCC (Spearman)",
     "mcc_block_aware": "block-aware MCC",
+    "mcc_block_aware_random_rotation": "block-aware MCC, random rotation",
 }
-"""Readable names of the headline metrics, in the order tables and legends list them."""
-CURVES = tuple(LABELS)
+"""Readable names of the headline metrics and their references, in the order tables and legends list them."""
+REFERENCES = {"mcc_block_aware": "mcc_block_aware_random_rotation"}
+"""Metric -> key of its chance reference: the score of a Haar-random rotation of z on the same held-out
+latents (block-aware MCC forgives an orthogonal map inside each Λ group, so it is well above 0)."""
+REFERENCE_LABEL = "random rotation"
+"""How tables and legends name the reference beside its metric."""
+CURVES = tuple(k for k in LABELS if k not in REFERENCES.values())
 BLOCK_PREFIXES = ("r2_linear_", "r2_nonlinear_")
 IN_SAMPLE = "_in_sample"
 """Suffix of the metrics scored on their own fit sample (``eval.in_sample_n``)."""
@@ -63,6 +71,25 @@ def block_metrics(record: Mapping[str, Any]) -> list[str]:
     """The per-block R² keys of a record or summary (content/style, Λ groups), in their order."""
     return [k for k in record if k.startswith(BLOCK_PREFIXES) and not k.endswith(("per_dim", IN_SAMPLE))
             and _finite(record[k])]
+
+
+def reference_key(key: str) -> str | None:
+    """The key of the chance reference of metric ``key`` (an in-sample metric shares its held-out one:
+    the chance level depends on the latents only), or None."""
+    return REFERENCES.get(key[: -len(IN_SAMPLE)] if key.endswith(IN_SAMPLE) else key)
+
+
+def reference_value(key: str, *sources: Mapping[str, Any]) -> float | None:
+    """The chance reference of metric ``key`` from the first source that has a finite one, else None."""
+    ref = reference_key(key)
+    for source in sources:
+        if ref is not None and _finite(source.get(ref)):
+            return float(source[ref])
+    return None
+
+
+def _reference_legend(key: str) -> str:
+    return f"{REFERENCE_LABEL} ({metric_label(key)})"
 
 
 def run_title(config: Mapping[str, Any], run_dir: Path) -> str:
@@ -119,7 +146,9 @@ def training_figure(records: Sequence[Mapping[str, Any]], summary: Mapping[str, 
                     title: str = ""):
     """Training loss, and held-out R²/MCC (and, with blocks, each block's R²) against the step, with
     the identity baseline g(z) of the summary (``identity_<metric>``) as dashed lines. With a single
-    evaluation the scores are bars beside the baseline instead of one-point curves."""
+    evaluation the scores are bars beside the baseline instead of one-point curves. A metric with a
+    chance reference (:data:`REFERENCES`: block-aware MCC) gets it as a black dashed line labelled
+    "random rotation", taken from the summary or else the last evaluation."""
     from matplotlib.figure import Figure
 
     summary = summary or {}
@@ -153,6 +182,9 @@ def _curves(ax, records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]
             line = ax.plot(*zip(*points), marker="o", ms=3, label=metric_label(key))[0]
             if _finite(summary.get(f"identity_{key}")):
                 ax.axhline(summary[f"identity_{key}"], color=line.get_color(), ls="--", lw=0.8)
+            chance = reference_value(key, summary, *reversed(records))
+            if chance is not None:
+                ax.axhline(chance, color="black", ls="--", lw=1.0, label=_reference_legend(key))
     if ax.has_data():
         ax.legend(fontsize=8)
 
@@ -163,6 +195,10 @@ def _score_bars(ax, record: Mapping[str, Any], summary: Mapping[str, Any], keys:
     base = [summary.get(f"identity_{k}") for k in keys]
     if any(_finite(b) for b in base):
         ax.bar(x + 0.2, [b if _finite(b) else 0.0 for b in base], width=0.4, color="tab:gray", label="identity g(z)")
+    for i, key in enumerate(keys):
+        chance = reference_value(key, summary, record)
+        if chance is not None:
+            ax.hlines(chance, i - 0.45, i + 0.45, colors="black", linestyles="--", lw=1.0, label=_reference_legend(key))
     ax.set_xticks(x, [metric_label(k) for k in keys], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("score")
     ax.legend(fontsize=8)

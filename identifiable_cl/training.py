@@ -93,6 +93,7 @@ def evaluation(c: Components, final: bool) -> dict[str, Any]:
         n_test=e["final_n_test"] if final else e["n_test"],
         nonlinear=e["nonlinear"],
         in_sample=e["in_sample"],
+        rotation_reference=final,
     )
     if final and e["in_sample_n"] is not None:
         generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.step}.in_sample"))
@@ -105,7 +106,8 @@ def in_sample_metrics(encode: Callable[[Tensor], Tensor], process: Any, generato
                       n: int) -> dict[str, float]:
     """The scalar linear metrics (R², MCCs, block R²) fitted and scored on the same ``n`` fresh samples,
     as the reference codes log them; keys get the suffix ``_in_sample``."""
-    scored = evaluate(encode, process, generator, n_fit=n, n_test=2, nonlinear=False, in_sample=True)
+    scored = evaluate(encode, process, generator, n_fit=n, n_test=2, nonlinear=False, in_sample=True,
+                      rotation_reference=False)
     return {f"{k}_in_sample": v for k, v in scored.items() if isinstance(v, float)}
 
 
@@ -258,7 +260,7 @@ class Trainer:
             generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.identity"))
             base = identity_baseline(
                 self.c.process, generator, n_fit=e["final_n_fit"], n_test=e["final_n_test"],
-                nonlinear=e["nonlinear"], in_sample=e["in_sample"],
+                nonlinear=e["nonlinear"], in_sample=e["in_sample"], rotation_reference=False,
             )
             if e["in_sample_n"] is not None:
                 generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.identity.in_sample"))

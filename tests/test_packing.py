@@ -3,7 +3,6 @@
 import json
 
 import pytest
-import torch
 
 from identifiable_cl import rundir
 from identifiable_cl.cli import main

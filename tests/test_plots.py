@@ -145,3 +145,32 @@ def test_a_single_evaluation_is_drawn_as_bars_beside_the_baseline():
     assert heights == [0.8, 0.7, 0.6, 0.4]
     assert [t.get_text() for t in scores.get_xticklabels()] == ["linear R²", "MCC (Pearson)"]
     assert "step 10" in scores.get_title()
+
+
+def test_block_aware_mcc_curve_comes_with_its_random_rotation_reference():
+    records = [{"step": s, "loss": 1.0, "mcc_pearson": 0.5, "mcc_block_aware": 0.8 + s / 100,
+                "mcc_block_aware_random_rotation": 0.77} for s in (10, 20)]
+    fig = training_figure(records, {"identity_mcc_block_aware": 0.9, "mcc_block_aware_random_rotation": 0.78})
+    _, metrics = fig.axes
+    legend = [t.get_text() for t in metrics.get_legend().get_texts()]
+    assert legend == ["MCC (Pearson)", "block-aware MCC", "random rotation (block-aware MCC)"]
+    chance = [line for line in metrics.lines if line.get_label() == "random rotation (block-aware MCC)"]
+    assert len(chance) == 1 and chance[0].get_linestyle() == "--"
+    assert list(chance[0].get_ydata()) == [0.78, 0.78]  # the summary's (final) value before the records'
+    without_summary = training_figure(records, {}).axes[1]
+    assert [line.get_ydata()[0] for line in without_summary.lines if "random rotation" in line.get_label()] == [0.77]
+    bare = [{"step": s, "mcc_block_aware": 0.9} for s in (5, 6)]  # runs from before the reference existed
+    assert not [line for line in training_figure(bare).axes[1].lines if "random rotation" in line.get_label()]
+
+
+def test_block_aware_mcc_bar_comes_with_its_random_rotation_reference():
+    records = [{"step": 10, "loss": 1.0, "mcc_pearson": 0.6, "mcc_block_aware": 0.95,
+                "mcc_block_aware_random_rotation": 0.79}]
+    fig = training_figure(records, {"identity_mcc_pearson": 0.4, "identity_mcc_block_aware": 0.85})
+    _, scores = fig.axes
+    assert [p.get_height() for p in scores.patches] == [0.6, 0.95, 0.4, 0.85]
+    assert [t.get_text() for t in scores.get_xticklabels()] == ["MCC (Pearson)", "block-aware MCC"]
+    (segment,) = [c for c in scores.collections if c.get_label() == "random rotation (block-aware MCC)"]
+    (xy,) = segment.get_segments()
+    assert list(xy[:, 1]) == [0.79, 0.79] and xy[0, 0] < 1.0 < xy[1, 0]  # over the block-aware MCC bars only
+    assert "random rotation (block-aware MCC)" in [t.get_text() for t in scores.get_legend().get_texts()]

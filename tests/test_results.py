@@ -122,3 +122,32 @@ def test_cli_options(sweep_dir, capsys):
         ("aninfonce", "3", "0", "1"),
         ("infonce", "4", "0", "1"),
     ]
+
+
+def test_block_aware_mcc_column_is_followed_by_its_random_rotation_reference(tmp_path):
+    for seed, (aware, chance) in enumerate([(0.97, 0.78), (0.99, 0.80)]):
+        summary = {"r2_linear": 0.9, "mcc_block_aware": aware, "mcc_block_aware_random_rotation": chance, "seed": seed}
+        sweep_run(tmp_path / f"run{seed}", seed, {"loss.name": "aninfonce", "seed": seed}, 0, summary)
+    lines = results([tmp_path]).splitlines()
+    assert lines[0] == "| r2_linear | mcc_block_aware | mcc_block_aware_random_rotation | n | failed |"
+    assert lines[2] == "| 0.900 ± 0.000 | 0.980 ± 0.014 | 0.790 ± 0.014 | 2 | 0 |"
+
+
+def test_icl_evaluate_prints_the_random_rotation_reference_beside_block_aware_mcc(tmp_path, monkeypatch, capsys):
+    import identifiable_cl.training
+
+    summary = {"r2_linear": 0.99, "identity_r2_linear": 0.8, "mcc_block_aware": 0.981,
+               "identity_mcc_block_aware": 0.9, "mcc_block_aware_random_rotation": 0.783,
+               "identity_mcc_block_aware_random_rotation": 0.781, "mcc_block_aware_in_sample": 0.99}
+    monkeypatch.setattr(identifiable_cl.training, "evaluate_run", lambda run_dir, overrides: dict(summary))
+    assert main(["evaluate", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["metric", "encoder", "identity", "g(z)", "random", "rotation"]
+    assert lines[2].split() == ["block-aware", "MCC", "0.981", "0.900", "0.783"]
+    assert lines[0].index("random rotation") + len("random rotation") == len(lines[2])  # right-aligned under it
+    assert lines[1].split() == ["linear", "R²", "0.990", "0.800"]
+    assert lines[3].split() == ["block-aware", "MCC,", "in", "sample", "0.990", "0.783"]  # the same chance level
+    assert json.loads((tmp_path / "evaluation.json").read_text()) == summary
+    del summary["mcc_block_aware_random_rotation"]
+    assert main(["evaluate", str(tmp_path)]) == 0
+    assert "random rotation" not in capsys.readouterr().out  # a summary from before the reference existed

@@ -151,7 +151,7 @@ def test_ctrl_c_keeps_the_checkpoint_and_says_how_to_resume(tmp_path, monkeypatc
     monkeypatch.setattr(training, "train_step", interrupted)
     run_dir = tmp_path / "run"
     args = ["train", *(f"--{k}={v}" for k, v in tiny.items()), "--run-dir", str(run_dir), "--quiet"]
-    assert main(args) == 1
+    assert main(args) == 130  # the exit code of a run stopped by SIGINT
     err = capsys.readouterr().err
     assert "interrupted at step 15 of 20; the checkpoint of step 10 is kept" in err
     assert f"icl train --resume {run_dir}" in err

@@ -107,3 +107,29 @@ def test_cli_train_and_evaluate(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path / "run")]) == 0
     again = json.loads((tmp_path / "run" / "evaluation.json").read_text())
     assert again["r2_linear"] == pytest.approx(trained["r2_linear"], abs=1e-6)
+
+
+def test_in_sample_scores_are_fitted_and_scored_on_the_same_fresh_samples(run):
+    import numpy as np
+
+    from dgp.seeding import stream_seed
+    from identifiable_cl.components import load_run
+    from identifiable_cl.training import evaluate_run
+
+    summary = evaluate_run(run, {"eval.in_sample_n": 300})
+    c = load_run(run)
+    assert {"r2_linear_in_sample", "mcc_pearson_in_sample", "identity_r2_linear_in_sample"} <= set(summary)
+    assert not any(k.endswith("_in_sample") and isinstance(v, list) for k, v in summary.items())
+
+    def in_sample_r2(stream, encode):
+        z = c.process.sample_latents(300, c.process.make_generator(stream_seed(c.config["seed"], stream)))
+        with torch.no_grad():
+            h = encode(c.process.mix(z)).double().numpy()
+        z = z.double().numpy()
+        design = np.hstack([h, np.ones((len(h), 1))])
+        residual = z - design @ np.linalg.lstsq(design, z, rcond=None)[0]
+        return float(np.mean(1 - (residual**2).sum(0) / ((z - z.mean(0)) ** 2).sum(0)))
+
+    assert summary["r2_linear_in_sample"] == pytest.approx(in_sample_r2(f"eval.{c.step}.in_sample", c.encoder), abs=1e-6)
+    assert summary["identity_r2_linear_in_sample"] == pytest.approx(in_sample_r2("eval.identity.in_sample", lambda x: x), abs=1e-6)
+    assert "r2_linear_in_sample" not in evaluate_run(run)

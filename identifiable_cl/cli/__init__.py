@@ -68,9 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"{name}: error: {exc}", file=sys.stderr)
         return 2
-    except (NonFiniteLoss, Interrupted) as exc:
+    except NonFiniteLoss as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return 1
+    except Interrupted as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader went away (``icl results ... | head``): nothing left to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -4,20 +4,29 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from identifiable_cl.plots import IN_SAMPLE, LABELS, metric_label
+from identifiable_cl.plots import CURVES, IN_SAMPLE, REFERENCE_LABEL, metric_label, reference_key
 
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def results_table(summary: Mapping[str, Any]) -> str:
-    """A short plain-text table: each metric for the trained encoder beside the identity baseline."""
-    keys = list(LABELS) + [k for k in summary if k.startswith("r2_linear_") and not k.endswith(("per_dim", IN_SAMPLE))]
+    """A short plain-text table: each metric for the trained encoder beside the identity baseline.
+
+    A metric with a chance reference (block-aware MCC: the score of a random rotation of z on the
+    encoder's own scoring latents) shows it in a "random rotation" column, which appears only then.
+    """
+    keys = list(CURVES) + [k for k in summary if k.startswith("r2_linear_") and not k.endswith(("per_dim", IN_SAMPLE))]
     keys += [k + IN_SAMPLE for k in keys if k + IN_SAMPLE in summary]
     rows = [(metric_label(k), k) for k in keys]
-    lines = [f"{'metric':<28}{'encoder':>10}{'identity g(z)':>16}"]
+    chance = {k: summary[ref] for k in keys if (ref := reference_key(k)) is not None and _number(summary.get(ref))}
+    lines = [f"{'metric':<28}{'encoder':>10}{'identity g(z)':>16}" + (f"{REFERENCE_LABEL:>17}" if chance else "")]
     for label, key in rows:
-        if key in summary and isinstance(summary[key], (int, float)):
+        if key in summary and _number(summary[key]):
             base = summary.get(f"identity_{key}")
-            lines.append(f"{label:<28}{summary[key]:>10.3f}{base:>16.3f}" if isinstance(base, (int, float)) else f"{label:<28}{summary[key]:>10.3f}{'':>16}")
+            line = f"{label:<28}{summary[key]:>10.3f}" + (f"{base:>16.3f}" if _number(base) else f"{'':>16}")
+            lines.append(line + (f"{chance[key]:>17.3f}" if key in chance else ""))
     if "lambda_learned" in summary:
         lines.append("learned Λ̂: " + ", ".join(f"{v:.2f}" for v in summary["lambda_learned"]))
     if "lambda_true" in summary:

@@ -2,12 +2,20 @@
 
 Pure functions (torch tensors or numpy arrays in, plain Python results out): ``linear_r2``,
 ``nonlinear_r2``, ``mcc``, ``correlation_matrix``, ``block_r2``, ``block_aware_mcc``,
-``lambda_recovery``, ``spectrum``, ``effective_rank``, ``metrics``. Wrappers: ``evaluate`` and
+``random_rotation_reference`` (the chance level of block-aware MCC), ``lambda_recovery``,
+``spectrum``, ``effective_rank``, ``metrics``. Wrappers: ``evaluate`` and
 ``identity_baseline`` draw held-out samples from a data-generating process and an encoder;
 ``linear_readout`` returns true and linearly read-out test latents for scatter plots.
 """
 
-from identifiable_cl.evaluation.blocks import block_aware_mcc, block_r2, split_by_block
+from identifiable_cl.evaluation.blocks import (
+    RotationReference,
+    block_aware_mcc,
+    block_r2,
+    haar_orthogonal,
+    random_rotation_reference,
+    split_by_block,
+)
 from identifiable_cl.evaluation.lambdas import lambda_recovery
 from identifiable_cl.evaluation.mcc import correlation_matrix, mcc
 from identifiable_cl.evaluation.regression import linear_r2, nonlinear_r2
@@ -26,12 +34,14 @@ __all__ = [
     "KernelR2Result",
     "MCCResult",
     "R2Result",
+    "RotationReference",
     "SpectrumResult",
     "block_aware_mcc",
     "block_r2",
     "correlation_matrix",
     "effective_rank",
     "evaluate",
+    "haar_orthogonal",
     "identity_baseline",
     "lambda_recovery",
     "linear_r2",
@@ -39,6 +49,7 @@ __all__ = [
     "mcc",
     "metrics",
     "nonlinear_r2",
+    "random_rotation_reference",
     "spectrum",
     "split_by_block",
 ]

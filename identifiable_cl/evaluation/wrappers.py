@@ -15,12 +15,30 @@ from torch import Tensor
 
 from dgp import checks
 from identifiable_cl.evaluation import _inputs
-from identifiable_cl.evaluation.blocks import block_aware_mcc, check_blocks, split_by_block
+from identifiable_cl.evaluation.blocks import block_aware_mcc, check_blocks, random_rotation_reference, split_by_block
 from identifiable_cl.evaluation.mcc import mcc
 from identifiable_cl.evaluation.regression import LinearMap, linear_r2, nonlinear_r2
 from identifiable_cl.evaluation.spectrum import spectrum
 
 Metrics = dict[str, Any]
+
+REFERENCE_SEED = 20240701
+"""Seed of the random-rotation reference when ``metrics`` is given no generator."""
+
+
+def reference_generator(generator: torch.Generator | None) -> torch.Generator:
+    """A CPU generator of its own for the rotations of the block-aware MCC reference.
+
+    Seeded by one draw from a copy of ``generator`` (its state is copied, so the caller's generator,
+    and with it every other metric's random draws, stays where it was), or by ``REFERENCE_SEED``
+    when there is no generator: the same generator state always gives the same rotations.
+    """
+    if generator is None:
+        return torch.Generator().manual_seed(REFERENCE_SEED)
+    copy = torch.Generator(device=generator.device)
+    copy.set_state(generator.get_state())
+    seed = torch.randint(0, 2**62, (1,), generator=copy, device=generator.device)
+    return torch.Generator().manual_seed(int(seed))
 
 
 def metrics(
@@ -34,6 +52,7 @@ def metrics(
     nonlinear: bool = True,
     in_sample: bool = False,
     generator: torch.Generator | None = None,
+    rotation_reference: bool = True,
 ) -> Metrics:
     """Every metric of a representation as a flat dict of floats and lists.
 
@@ -42,9 +61,14 @@ def metrics(
     ``r2_linear``, ``r2_linear_per_dim``, ``r2_nonlinear``, ``r2_nonlinear_per_dim`` (when
     ``nonlinear``), ``mcc_pearson``, ``mcc_pearson_per_dim``, ``mcc_matching`` (the Pearson
     matching as a list of [latent dim, representation dim], the input of ``lambda_recovery``),
-    ``mcc_spearman``, ``mcc_spearman_per_dim``, ``r2_linear_<block>`` and ``r2_nonlinear_<block>`` for every block, ``mcc_block_aware`` and
-    ``mcc_block_aware_per_dim`` when ``lambda_groups`` is given, ``effective_rank`` and
-    ``singular_values``.
+    ``mcc_spearman``, ``mcc_spearman_per_dim``, ``r2_linear_<block>`` and ``r2_nonlinear_<block>`` for every block, ``mcc_block_aware``,
+    ``mcc_block_aware_per_dim`` and (with ``rotation_reference``) ``mcc_block_aware_random_rotation``
+    when ``lambda_groups`` is given, ``effective_rank`` and ``singular_values``.
+
+    ``mcc_block_aware_random_rotation`` is the chance level of ``mcc_block_aware``: its mean over
+    Haar-random rotations h = z R of the scoring latents (``random_rotation_reference``), drawn
+    from a generator of their own (``reference_generator``), so that it leaves the draws of the
+    other metrics as they are without it.
     """
     nonlinear = checks.boolean("eval.nonlinear", nonlinear)
     in_sample = checks.boolean("eval.in_sample", in_sample)
@@ -70,6 +94,9 @@ def metrics(
         aligned = block_aware_mcc(z_score, h_score, lambda_groups)
         out["mcc_block_aware"] = aligned.mean
         out["mcc_block_aware_per_dim"] = aligned.per_dim
+        if rotation_reference:
+            chance = random_rotation_reference(z_score, lambda_groups, reference_generator(generator))
+            out["mcc_block_aware_random_rotation"] = chance.mean
     spec = spectrum(h_score)
     out["effective_rank"] = spec.effective_rank
     out["singular_values"] = spec.singular_values
@@ -110,6 +137,7 @@ def evaluate(
     nonlinear: bool = True,
     in_sample: bool = False,
     batch_size: int = 8192,
+    rotation_reference: bool = True,
 ) -> Metrics:
     """Metrics of the encoder ``encode`` (x (B, dim) -> h (B, d)) on fresh samples of ``process``.
 
@@ -117,6 +145,8 @@ def evaluate(
     encodes x = process.mix(z) in batches, and returns ``metrics`` of the pairs with the
     process's blocks and Λ groups (held-out as in vK21's evaluation: 20,480 fit / 40,960 test).
     With ``in_sample=True`` only the fit sample is drawn and everything is scored on it.
+    ``rotation_reference=False`` leaves out block-aware MCC's chance level (it depends on the
+    process only, not on the encoder, so a run measures it once, in its final evaluation).
     """
     n_fit = checks.integer("eval.n_fit", n_fit, minimum=2)
     n_test = checks.integer("eval.n_test", n_test, minimum=2)
@@ -134,6 +164,7 @@ def evaluate(
         nonlinear=nonlinear,
         in_sample=in_sample,
         generator=generator,
+        rotation_reference=rotation_reference,
     )
 
 

@@ -1,13 +1,53 @@
 """Shared pieces of the contrastive losses: base class, similarities, negative sets, reductions.
 
-Every loss scores an anchor encoding ``a`` against its positive ``a+`` and a set of
-negatives ``{a-_k}`` through logits ``l(a, b) = sim(a, b) / tau`` and takes, per anchor,
+Every loss scores an anchor encoding ``a`` against its positive ``a+`` and a set N(a) of
+n_neg negatives ``{a-_k}`` through logits ``l(a, b) = sim(a, b) / tau`` and takes, per anchor,
 
-    L = -l(a, a+) + log sum_{c in {a+} u {a-_k}} exp l(a, c)          (reduction "logsumexp")
-    L = -l(a, a+) + log mean_{c in {a+} u {a-_k}} exp l(a, c)         (reduction "logmeanexp")
+    L = -l(a, a+) + log sum_{c in {a+} u N(a)} exp l(a, c)       (reduction "logsumexp")
+    L = -l(a, a+) + log mean_{c in {a+} u N(a)} exp l(a, c)      (reduction "logmeanexp")
+    L = -l(a, a+) + log sum_{c in N(a)} exp l(a, c)              (reduction "decoupled_logsumexp")
+    L = -l(a, a+) + log mean_{c in N(a)} exp l(a, c)             (reduction "decoupled_logmeanexp")
 
-averaged over anchors. The positive always sits in the denominator, as in all three
-reference codes. The negative set is chosen by the ``negatives`` option:
+averaged over anchors. The first two put the positive in the denominator (the softmax
+cross-entropy of the positive); the ``decoupled_*`` reductions leave it out, so that with
+lse = log sum_{c in N(a)} exp l(a, c) and p = e^{l(a, a+)} / (e^{l(a, a+)} + e^{lse}),
+
+    L_decoupled_logsumexp = L_logsumexp - log(1 + e^{l(a, a+) - lse}) = -log(p / (1 - p)).
+
+The positive's logit then gets the gradient -1 instead of -(1 - p): the negative-positive
+coupling factor 1 - p is gone, which is the point of the Decoupled Contrastive Learning loss
+(Yeh et al., ECCV 2022; ``decoupled_logsumexp`` with the ``symmetric`` negatives below). Each
+log-mean form is its log-sum form minus a constant, log(1 + n_neg) resp. log n_neg: the same
+gradients and minimisers, and the value 0 when all logits are equal. Both decoupled forms are
+offered because the reference codes contain both: ``decoupled_logmeanexp`` is a mode of Z21's
+and vK21's loss class, ``decoupled_logsumexp`` is CEBRA's InfoNCE. The decoupled forms need
+n_neg >= 1 and can be negative: unlike the coupled forms they are not bounded below by 0
+(``logsumexp``) or -log(1 + n_neg) (``logmeanexp``). For cosine they are bounded below by
+-2/tau (plus log n_neg for the log-sum); for dot and Lp similarities on unbounded encodings
+they have no lower bound in general.
+
+Which configuration of each reference code puts the positive in the denominator (read in
+the repositories' ``losses.py`` and main scripts):
+
+- Z21 (brendel-group/cl-ica): ``SimCLRLoss`` and ``LpSimCLRLoss(simclr_compatibility_mode=True)``,
+  the only configurations ``main_mlp.py``, ``main_3dident.py`` and ``kitti_masks/solver.py``
+  build, take the logsumexp over negatives and positive (``logsumexp``). The class default
+  ``simclr_compatibility_mode=False`` takes the logmeanexp over the negatives alone
+  (``decoupled_logmeanexp``), and its ``AlignmentUniformityLoss`` pairs an alignment term with
+  a logmeanexp over negatives only (no positive, no tau).
+- vK21 (ysharma1126/ssl_identifiability): ``LpSimCLRLoss()`` with its defaults, which
+  ``main_mlp.py`` builds, takes the logmeanexp over negatives and positive (``logmeanexp``);
+  ``simclr_compatibility_mode=True`` gives ``logsumexp``; with the compatibility mode off,
+  ``simclr_denominator=False`` drops the positive (``decoupled_logmeanexp``). Its
+  ``main_3dident.py`` uses a cross-entropy with the positive among the logits.
+- R24 (brendel-group/AnInfoNCE): ``AnInfoNCELoss`` has no other mode, logsumexp over
+  negatives and positive; the repository's copy of Z21's ``LpSimCLRLoss`` keeps Z21's modes.
+  ``main_mlp.py`` builds ``AnInfoNCELoss``, ``SimCLRLoss`` or ``LpSimCLRLoss`` with
+  ``simclr_compatibility_mode=True``: the positive always in the denominator.
+- CEBRA (AdaptiveMotorControlLab/CEBRA, ``cebra/models/criterions.py``): ``infonce`` returns
+  -mean(pos) + mean(logsumexp over the negatives): ``decoupled_logsumexp``.
+
+The negative set is chosen by the ``negatives`` option:
 
 - ``symmetric`` (default): NT-Xent (SimCLR). Both views are anchors; anchor ``h_i`` has the
   negatives ``{h_j, h+_j : j != i}`` and anchor ``h+_i`` has ``{h+_j, h_j : j != i}``:
@@ -20,6 +60,12 @@ reference codes. The negative set is chosen by the ``negatives`` option:
 - ``first_view``: only ``h_i`` is an anchor; negatives are all first-view encodings
   ``{h_j : j = 1..B}`` *including the anchor itself* (B each). Z21's code
   (brendel-group/cl-ica) forms its negatives this way (``torch.roll`` of the first view).
+  A decoupled reduction drops only the positive ``h+_i``: the self-pair term e^{l(h_i, h_i)}
+  stays in the denominator. For cosine and Lp similarities l(h_i, h_i) (1/tau, resp. 0) is the
+  largest logit there is, so this term plays the positive's part in bounding the loss:
+  L >= l(h_i, h_i) - l(h_i, h+_i) >= 0 (minus log B for the log-mean); for ``dot`` the
+  self-pair logit is ||h_i||² / tau. ``decoupled_logmeanexp`` with these negatives is Z21's
+  ``LpSimCLRLoss`` in its default mode.
 - ``independent``: the encodings of the DGP's separate negative samples, ``h_neg`` of
   shape (M, d) shared by all anchors or (B, K, d) per anchor. vK21's code
   (ysharma1126/ssl_identifiability) uses a fresh batch (M = B) with ``logmeanexp``.
@@ -48,7 +94,9 @@ from identifiable_cl.losses.blocked import Pairing, Plan, blocked_loss
 
 SIMILARITIES = ("cosine", "dot", "l1", "l2", "l3")
 NEGATIVE_SETS = ("symmetric", "r24", "one_sided", "first_view", "independent")
-REDUCTIONS = ("logsumexp", "logmeanexp")
+REDUCTIONS = ("logsumexp", "logmeanexp", "decoupled_logsumexp", "decoupled_logmeanexp")
+DECOUPLED = ("decoupled_logsumexp", "decoupled_logmeanexp")
+"""The reductions whose denominator leaves the positive out (module docstring)."""
 
 _KEY_PREFIX: contextvars.ContextVar[str] = contextvars.ContextVar("loss_key_prefix", default="loss")
 
@@ -171,13 +219,30 @@ def assemble(
 def infonce_row(pos: Tensor, lse: Tensor, scale: Tensor, n_neg: int, reduction: str) -> Tensor:
     """Per-anchor InfoNCE ``(R,)`` from the positive logits ``pos (R,)`` and ``lse (R, 1)``.
 
-    ``lse[:, 0]`` = log Σ_k exp l(a, a-_k) over the anchor's negatives; the row is
-    -pos + log(exp pos + exp lse), minus log(1 + n_neg) for ``logmeanexp``.
+    ``lse[:, 0]`` = log Σ_k exp l(a, a-_k) over the anchor's n_neg negatives; the row is
+
+        -pos + log(exp pos + exp lse)        (``logsumexp``; minus log(1 + n_neg) for ``logmeanexp``)
+        -pos + lse                           (``decoupled_logsumexp``; minus log n_neg for ``decoupled_logmeanexp``)
     """
+    if reduction in DECOUPLED:
+        check_has_negatives(reduction, n_neg)
+        total = lse[:, 0]
+        if reduction == "decoupled_logmeanexp":
+            total = total - math.log(n_neg)
+        return total - pos
     total = torch.logaddexp(pos, lse[:, 0])
     if reduction == "logmeanexp":
         total = total - math.log(1 + n_neg)
     return total - pos
+
+
+def check_has_negatives(reduction: str, n_neg: int) -> None:
+    """A decoupled reduction's denominator is the negatives alone: it needs at least one."""
+    if reduction in DECOUPLED and n_neg < 1:
+        raise ValueError(
+            f"reduction={reduction!r} leaves the positive out of the denominator and needs at "
+            "least one negative per anchor; got none (h_neg holds 0 negatives)"
+        )
 
 
 def contrastive_loss(

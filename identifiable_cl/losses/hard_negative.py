@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from dgp import checks
-from identifiable_cl.losses.base import contrastive_loss, option_key
+from identifiable_cl.losses.base import DECOUPLED, check_has_negatives, contrastive_loss, option_key
 from identifiable_cl.losses.infonce import InfoNCE
 from identifiable_cl.losses import LOSSES
 
@@ -25,9 +25,18 @@ class HardNegativeInfoNCE(InfoNCE):
         G = max((G - τ⁺ N e^{l+}) / (1 - τ⁺),  N e^{-1/tau})          (only when τ⁺ > 0)
         L = mean over anchors of  -l+ + log(e^{l+} + G)
 
-    (minus log(1 + N) for ``reduction="logmeanexp"``). Everything is evaluated in log space.
-    β = 0 and τ⁺ = 0 give InfoNCE exactly. The floor N e^{-1/tau} is the smallest possible
-    sum for cosine similarity, so τ⁺ > 0 needs ``similarity="cosine"``.
+    (minus log(1 + N) for ``reduction="logmeanexp"``). The decoupled reductions drop the
+    positive from the denominator (see ``identifiable_cl.losses.base``):
+
+        L = mean over anchors of  -l+ + log G          (``decoupled_logsumexp``)
+
+    minus log N for ``decoupled_logmeanexp``, i.e. -l+ plus the log of the importance-weighted
+    mean Σ_k w_k e^{l_k} / Σ_k w_k. Everything is evaluated in log space. β = 0 and τ⁺ = 0
+    give InfoNCE exactly, with every reduction. The floor N e^{-1/tau} is the smallest possible
+    sum for cosine similarity, so τ⁺ > 0 needs ``similarity="cosine"``. Debiasing cannot be
+    decoupled: the debiased G subtracts τ⁺ N e^{l+}, which puts the positive back into the
+    denominator (with a negative weight, and the floor then decides whether it counts at all),
+    so τ⁺ > 0 needs ``reduction`` ``logsumexp`` or ``logmeanexp``.
 
     Options: those of ``infonce`` plus
         beta: concentration β >= 0 of the importance weights.
@@ -46,6 +55,14 @@ class HardNegativeInfoNCE(InfoNCE):
                 tau_plus,
                 f"debiasing (tau_plus > 0) needs similarity 'cosine', not {self.similarity!r}",
             )
+        if self.tau_plus > 0 and self.reduction in DECOUPLED:
+            checks.fail(
+                option_key("reduction"),
+                self.reduction,
+                f"debiasing (tau_plus={self.tau_plus:g} > 0) subtracts the positive's term from the "
+                "negatives' sum, so the positive cannot be left out of the denominator; allowed with "
+                "tau_plus > 0: 'logsumexp', 'logmeanexp' (or set tau_plus to 0 to decouple)",
+            )
 
     def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
         """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
@@ -56,10 +73,16 @@ class HardNegativeInfoNCE(InfoNCE):
 
     def _row(self, pos: Tensor, lse: Tensor, scale: Tensor, n_neg: int) -> Tensor:
         """Rows (R,) from l+ (R,) and lse (R, 2) = log Σ_k [e^{(β+1) l_k}, e^{β l_k}]; scale = 1/tau."""
+        check_has_negatives(self.reduction, n_neg)
         log_n = math.log(n_neg)
         log_g = lse[:, 0] - lse[:, 1] + log_n
         if self.tau_plus > 0:
             log_g = self._debias(log_g, pos, log_n, scale)
+        if self.reduction in DECOUPLED:
+            rows = log_g - pos
+            if self.reduction == "decoupled_logmeanexp":
+                rows = rows - log_n
+            return rows
         rows = torch.logaddexp(pos, log_g) - pos
         if self.reduction == "logmeanexp":
             rows = rows - math.log(1 + n_neg)

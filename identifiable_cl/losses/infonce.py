@@ -33,7 +33,11 @@ class InfoNCE(ContrastiveLoss):
         L = mean over anchors of  -l(a, a+) + log sum_{c in {a+} u N(a)} exp l(a, c),
         l(a, b) = sim(a, b) / tau,
 
-    with ``log mean`` in place of ``log sum`` for ``reduction="logmeanexp"``.
+    with ``log mean`` in place of ``log sum`` for ``reduction="logmeanexp"``. The decoupled
+    reductions leave the positive out of the denominator (CEBRA's InfoNCE; the loss of
+    Decoupled Contrastive Learning, Yeh et al. 2022, with the symmetric negatives):
+
+        L = mean over anchors of  -l(a, a+) + log sum_{c in N(a)} exp l(a, c)
 
     Options:
         similarity: ``cosine`` (aᵀb / (||a|| ||b||); the encoder should output unit vectors),
@@ -42,7 +46,9 @@ class InfoNCE(ContrastiveLoss):
         tau: temperature > 0 (Z21 default 1).
         learn_tau: learn tau (parametrised as exp(log tau), started at ``tau``).
         negatives: the negative set N(a), see ``identifiable_cl.losses.base``.
-        reduction: ``logsumexp`` or ``logmeanexp``.
+        reduction: ``logsumexp`` or ``logmeanexp`` (positive in the denominator), or
+            ``decoupled_logsumexp`` or ``decoupled_logmeanexp`` (negatives only); see
+            ``identifiable_cl.losses.base`` for the equations.
         lr: learning rate of the learnt tau (None = the trainer's loss lr).
 
     Reference codes reproduced exactly:
@@ -52,6 +58,15 @@ class InfoNCE(ContrastiveLoss):
         vK21 (ssl_identifiability, LpSimCLRLoss defaults): negatives="independent" with a
         shared fresh batch, reduction="logmeanexp", similarity="l2", tau=1.
         R24 (AnInfoNCE code): negatives="r24", reduction="logsumexp" (see ``aninfonce``).
+    Their other modes, with the positive out of the denominator:
+        Z21 (LpSimCLRLoss with its default simclr_compatibility_mode=False, roll negatives):
+        negatives="first_view", reduction="decoupled_logmeanexp", similarity l1/l2/l3.
+        vK21 (LpSimCLRLoss with simclr_denominator=False): negatives="independent",
+        reduction="decoupled_logmeanexp", similarity="l2".
+        CEBRA (FixedCosineInfoNCE, FixedEuclideanInfoNCE on (ref, pos, neg) samples):
+        negatives="independent" with shared (M, d) negatives, reduction="decoupled_logsumexp",
+        similarity "dot" on unit vectors resp. "l2" (CEBRA expands the squared distance, so
+        agreement is up to rounding).
     """
 
     def __init__(

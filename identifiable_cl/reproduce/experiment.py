@@ -22,6 +22,31 @@ Read from ``experiments/<name>/experiment.yaml``::
     metrics: [summary keys shown in the table]
     claims: [see identifiable_cl.reproduce.claims]
     figures: [see identifiable_cl.reproduce.report]
+    population:                               # optional: a check of the objective, no training
+      series:                                 # required, non-empty
+        - label: one line                     # required text
+          runs: [run labels]                  # required; the first is the reference of the ratios
+          tau: run                            # optional: run (default) or optimal
+          batch_size: 2048                    # optional: this series' batch_size (as below)
+      epsilons: [0.1, 0.3, 1.0]               # optional: distortion strengths, numbers > 0
+      distortions: [stretch, warp]            # optional: a non-empty subset of stretch, warp
+      batches: 16                             # optional: Monte-Carlo batches per run, int >= 2,
+                                              #   or {scale: int}
+      batch_size: null                        # optional: anchors per batch, int >= 2 or null (the
+                                              #   run's train.batch_size), or {scale: int or null}
+      seed: 0                                 # optional: int >= 0, seeds the batches and the rotation
+
+``population`` (see :mod:`identifiable_cl.reproduce.population`) evaluates, for each listed run,
+the expected loss of the run's process and loss by Monte Carlo over fresh batches, for the true
+inverse h = z and for distorted encoders applied to the latents; ``icl reproduce`` runs it at
+every scale (it takes seconds) and reports the margins in results.md and results.json. ``tau:
+optimal`` evaluates a series at the optimal temperature 1/(κ − β r²) of vMF(κ) positives and
+negatives tilted by β on the sphere of radius r (where κ > β r²; else at the run's own
+``loss.tau``); ``run`` at the run's ``loss.tau`` (a learnt τ's initial value). A per-scale
+``batches`` or ``batch_size`` takes the default at a scale it omits; at ``tiny`` the check always
+runs with :data:`TINY_POPULATION` (a few batches of the run's tiny batch size). A series' own ``batch_size`` replaces the entry's for its runs: with negatives drawn per
+anchor the expected loss does not depend on the batch size, so a larger one only narrows the
+standard errors, while with in-batch negatives it sets their number (keep the run's there).
 
 A run's config at a scale is the defaults, then ``base``, ``scales[scale]``, the
 run's ``overrides`` and the run's ``scales[scale]``, each layer a ``--key=value``
@@ -38,10 +63,11 @@ source checkout.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from identifiable_cl.config import COMPONENT_SECTIONS, load_config, read_yaml_mapping
 from identifiable_cl.packaged import EXPERIMENTS_DIR
@@ -69,6 +95,18 @@ TINY: dict[str, Any] = {
     "eval.nonlinear": False,
 }
 FIGURE_KINDS = ("curves", "against")
+POPULATION_TAUS = ("run", "optimal")
+POPULATION_DISTORTIONS = ("stretch", "warp")
+POPULATION_DEFAULTS: dict[str, Any] = {
+    "epsilons": (0.1, 0.3, 1.0),
+    "distortions": POPULATION_DISTORTIONS,
+    "batches": 16,
+    "batch_size": None,
+    "seed": 0,
+}
+"""The values of the ``population`` entries an experiment file leaves out."""
+TINY_POPULATION: dict[str, Any] = {"batches": 4, "batch_size": None}
+"""The population check's sizes at the ``tiny`` scale, whatever the entry says (plumbing only)."""
 
 
 def combine(*layers: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,6 +164,146 @@ class RunSpec:
 
 
 @dataclass(frozen=True)
+class PopulationSeries:
+    """Runs checked together; ratios of margins are taken to the first run's (``reference``)."""
+
+    label: str
+    runs: tuple[str, ...]
+    tau: str
+    batch_size: Any = None
+    """As :attr:`Population.batch_size`; the entry's when the series gives none."""
+
+    @property
+    def reference(self) -> str:
+        return self.runs[0]
+
+
+@dataclass(frozen=True)
+class Population:
+    """A parsed ``population`` entry; see the module docstring."""
+
+    series: tuple[PopulationSeries, ...]
+    epsilons: tuple[float, ...]
+    distortions: tuple[str, ...]
+    batches: Any
+    """An int, or a mapping from scales to ints."""
+    batch_size: Any
+    """An int, None (the run's ``train.batch_size``), or a mapping from scales to those."""
+    seed: int
+
+    @staticmethod
+    def _at(value: Any, scale: str, default: Any) -> Any:
+        return value.get(scale, default) if isinstance(value, Mapping) else value
+
+    def batches_at(self, scale: str) -> int:
+        """Monte-Carlo batches per run at ``scale``."""
+        if scale == "tiny":
+            return TINY_POPULATION["batches"]
+        return self._at(self.batches, scale, POPULATION_DEFAULTS["batches"])
+
+    def batch_size_at(self, scale: str, series: PopulationSeries | None = None) -> int | None:
+        """Anchors per batch at ``scale`` (for the runs of ``series``); None: the run's own
+        ``train.batch_size``."""
+        if scale == "tiny":
+            return TINY_POPULATION["batch_size"]
+        value = self.batch_size if series is None else series.batch_size
+        return self._at(value, scale, POPULATION_DEFAULTS["batch_size"])
+
+    def labels(self) -> tuple[str, ...]:
+        """Every run checked, in series order, each once."""
+        return tuple(dict.fromkeys(label for s in self.series for label in s.runs))
+
+
+def _population_int(where: str, value: Any, minimum: int, allow_none: bool = False) -> Any:
+    def one(key: str, v: Any) -> Any:
+        if v is None and allow_none:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            extra = " or null" if allow_none else ""
+            raise ValueError(f"{key}={v!r} is invalid: expected an integer >= {minimum}{extra}")
+        return v
+
+    if isinstance(value, Mapping):
+        if not value or any(k not in DATA_SCALES for k in value):
+            raise ValueError(
+                f"{where}={dict(value)!r} is invalid: a per-scale value maps scales ({', '.join(DATA_SCALES)}) "
+                "to values"
+            )
+        return {k: one(f"{where}.{k}", v) for k, v in value.items()}
+    return one(where, value)
+
+
+def _population(where: str, raw: Any, labels: Sequence[str]) -> Population | None:
+    """The checked ``population`` entry (None when the file has none)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}={raw!r} is invalid: a mapping with series (and optionally "
+                         f"{', '.join(POPULATION_DEFAULTS)})")
+    allowed = {"series", *POPULATION_DEFAULTS}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ValueError(f"{where}: unknown entries {unknown}; allowed: {', '.join(sorted(allowed))}")
+    batch_size = _population_int(
+        f"{where}.batch_size", raw.get("batch_size", POPULATION_DEFAULTS["batch_size"]), 2, allow_none=True
+    )
+    series_raw = raw.get("series")
+    if not isinstance(series_raw, list) or not series_raw:
+        raise ValueError(f"{where}.series: a non-empty list of {{label, runs, tau}}")
+    series = []
+    for i, s in enumerate(series_raw):
+        at = f"{where}.series[{i}]"
+        if not isinstance(s, Mapping):
+            raise ValueError(f"{at}={s!r} is invalid: a mapping {{label: text, runs: [run labels], tau: run or optimal}}")
+        extra = sorted(set(s) - {"label", "runs", "tau", "batch_size"})
+        if extra:
+            raise ValueError(f"{at}: unknown entries {extra}; allowed: batch_size, label, runs, tau")
+        runs = s.get("runs")
+        if not isinstance(runs, list) or not runs or not all(isinstance(r, str) for r in runs):
+            raise ValueError(f"{at}.runs={runs!r} is invalid: a non-empty list of run labels")
+        bad = [r for r in runs if r not in labels]
+        if bad:
+            raise ValueError(f"{at}.runs: unknown run(s) {bad}; runs: {', '.join(labels)}")
+        if len(set(runs)) != len(runs):
+            raise ValueError(f"{at}.runs={runs!r}: each run once")
+        tau = s.get("tau", "run")
+        if tau not in POPULATION_TAUS:
+            raise ValueError(f"{at}.tau={tau!r} is invalid: allowed: {', '.join(POPULATION_TAUS)}")
+        taken = [r for r in runs if any(r in earlier.runs for earlier in series)]
+        if taken:
+            raise ValueError(f"{at}.runs: {taken} already in an earlier series (each run is checked once)")
+        size = _population_int(f"{at}.batch_size", s["batch_size"], 2, allow_none=True) if "batch_size" in s else batch_size
+        series.append(PopulationSeries(_text(at, s, "label"), tuple(runs), tau, size))
+    epsilons = raw.get("epsilons", POPULATION_DEFAULTS["epsilons"])
+    if (
+        not isinstance(epsilons, (list, tuple))
+        or not epsilons
+        or not all(not isinstance(e, bool) and isinstance(e, (int, float)) and math.isfinite(e) and e > 0
+                   for e in epsilons)
+    ):
+        raise ValueError(f"{where}.epsilons={epsilons!r} is invalid: a non-empty list of numbers > 0")
+    if len(set(epsilons)) != len(epsilons):
+        raise ValueError(f"{where}.epsilons={epsilons!r}: each strength once")
+    distortions = raw.get("distortions", POPULATION_DEFAULTS["distortions"])
+    if (
+        not isinstance(distortions, (list, tuple))
+        or not distortions
+        or any(d not in POPULATION_DISTORTIONS for d in distortions)
+        or len(set(distortions)) != len(distortions)
+    ):
+        raise ValueError(f"{where}.distortions={distortions!r} is invalid: a non-empty list of distinct names "
+                         f"from {', '.join(POPULATION_DISTORTIONS)}")
+    return Population(
+        series=tuple(series),
+        epsilons=tuple(float(e) for e in epsilons),
+        distortions=tuple(distortions),
+        batches=_population_int(f"{where}.batches", raw.get("batches", POPULATION_DEFAULTS["batches"]), 2),
+        batch_size=batch_size,
+        seed=_population_int(f"{where}.seed", raw.get("seed", POPULATION_DEFAULTS["seed"]), 0),
+    )
+
+
+@dataclass(frozen=True)
 class Experiment:
     """A parsed ``experiment.yaml``; see the module docstring."""
 
@@ -141,6 +319,7 @@ class Experiment:
     claims: tuple[Claim, ...]
     figures: tuple[dict[str, Any], ...]
     folder: Path
+    population: Population | None = None
 
     def scale_names(self) -> tuple[str, ...]:
         """The scales this experiment can run at, in :data:`SCALES` order."""
@@ -225,7 +404,8 @@ def parse_experiment(raw: Any, folder: Path, source: str) -> Experiment:
     """Check and parse the mapping of an ``experiment.yaml``; errors name ``source`` and the entry."""
     if not isinstance(raw, Mapping):
         raise ValueError(f"{source}: expected a mapping")
-    allowed = {"name", "title", "paper", "reference_source", "notes", "base", "scales", "runs", "metrics", "claims", "figures"}
+    allowed = {"name", "title", "paper", "reference_source", "notes", "base", "scales", "runs", "metrics", "claims", "figures",
+               "population"}
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ValueError(f"{source}: unknown entries {unknown}; allowed: {', '.join(sorted(allowed))}")
@@ -283,6 +463,7 @@ def parse_experiment(raw: Any, folder: Path, source: str) -> Experiment:
         claims=claims,
         figures=figures,
         folder=folder,
+        population=_population(f"{source}.population", raw.get("population"), labels),
     )
     return experiment
 

@@ -10,6 +10,13 @@ Figures listed in ``experiment.yaml`` (``figures:``), each a PNG in ``OUT/figure
   ``metrics: [keys]``, optional ``vline: number`` and ``xlabel``: one panel per metric,
   each series' final summary metric (mean ± std over seeds) against the value of its
   config key ``x`` in each run, e.g. recovery against the hard-negative β.
+
+A metric with a chance reference (``plots.REFERENCES``: block-aware MCC, whose reference is
+the score of a random rotation of z on the same held-out latents) has it beside it in the
+results table and as a black dashed line labelled "random rotation" in both kinds of figure.
+
+An experiment with a ``population`` entry gets a "Population check (no training)" section
+(:func:`identifiable_cl.reproduce.population.section`) after the results table.
 """
 
 from __future__ import annotations
@@ -21,8 +28,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from identifiable_cl import rundir
+from identifiable_cl.plots import REFERENCE_LABEL, REFERENCES
 from identifiable_cl.reproduce.claims import HOLDS, Verdict
 from identifiable_cl.reproduce.experiment import Experiment
+from identifiable_cl.reproduce.population import PopulationCheck, section as population_section
 from identifiable_cl.aggregate import Run, RunSet
 from identifiable_cl.sweeps.local import RUN
 
@@ -75,21 +84,39 @@ def _override_text(overrides: Mapping[str, Any]) -> str:
     return " ".join(f"--{k}={v}" for k, v in overrides.items())
 
 
-def table(experiment: Experiment, results: Mapping[str, RunResults]) -> str:
-    """| run | metric | ours | reference | identity g(z) | for every run and table metric present."""
+def _with_chance(reference: Any, metric: str, res: RunResults) -> str:
+    """The reference cell of a metric, followed by its chance reference (mean over seeds) when it has one."""
+    chance = res.mean(REFERENCES[metric]) if metric in REFERENCES else None
+    if chance is None:
+        return _reference(reference)
+    text = f"{REFERENCE_LABEL}: {chance:.3f}"
+    return text if reference is None else f"{_reference(reference)}; {text}"
+
+
+def table(experiment: Experiment, results: Mapping[str, RunResults], scale: str = "smoke") -> str:
+    """| run | metric | ours | reference | identity g(z) | for every run and table metric present,
+    with the reference numbers of ``scale``.
+
+    The reference cell of a metric with a chance reference (block-aware MCC) also gives that
+    reference's mean over seeds, and a note under the table says what it is.
+    """
     lines = ["| run | metric | ours (mean ± std over seeds) | reference | identity g(z) |", "|---|---|---|---|---|"]
+    chance_shown = set()
     for spec in experiment.runs:
         res = results[spec.label]
         for metric in experiment.metrics:
             if metric == "lambda_learned":
                 continue
             n = len(res.metric_values(metric))
-            reference = spec.reference.get(metric)
+            reference = spec.reference_at(metric, scale)
             if n == 0 and reference is None:
                 continue
             identity = res.mean(f"identity_{metric}")
+            cell = _with_chance(reference, metric, res)
+            if cell != _reference(reference):
+                chance_shown.add(metric)
             lines.append(
-                f"| {spec.label} | {metric} | {_cell(res.mean(metric), res.std(metric), n)} | {_reference(reference)} "
+                f"| {spec.label} | {metric} | {_cell(res.mean(metric), res.std(metric), n)} | {cell} "
                 f"| {'—' if identity is None else f'{identity:.3f}'} |"
             )
         learned = [r.summary.get("lambda_learned") for r in res.succeeded if isinstance(r.summary.get("lambda_learned"), list)]
@@ -98,9 +125,17 @@ def table(experiment: Experiment, results: Mapping[str, RunResults]) -> str:
             truth = next((r.summary.get("lambda_true") for r in res.succeeded if r.summary.get("lambda_true")), None)
             lines.append(
                 f"| {spec.label} | Λ̂ sorted (mean over seeds) | {', '.join(f'{v:.2f}' for v in sorted_mean)} | "
-                f"{_reference(spec.reference.get('lambda_learned'))} | true Λ: "
+                f"{_reference(spec.reference_at('lambda_learned', scale))} | true Λ: "
                 f"{', '.join(f'{v:g}' for v in sorted(truth)) if truth else '—'} |"
             )
+    if chance_shown:
+        names = ", ".join(sorted(chance_shown))
+        lines += [
+            "",
+            f"{REFERENCE_LABEL} ({names}): the block-aware MCC of h = z R for Haar-random orthogonal R on the "
+            "run's own held-out latents, mean over seeds. Block-aware MCC forgives any orthogonal map inside "
+            "each Λ group, so this, not 0, is its chance level: a score means something only above it.",
+        ]
     return "\n".join(lines)
 
 
@@ -135,8 +170,9 @@ def markdown(
     command: str,
     out: Path,
     wall_s: float,
+    population: PopulationCheck | None = None,
 ) -> str:
-    """The text of results.md."""
+    """The text of results.md; ``population``: the experiment's population check, when it has one."""
     parts = [
         f"# {experiment.title}",
         "",
@@ -159,12 +195,14 @@ def markdown(
         "",
         f"Reference numbers: {experiment.reference_source}",
         "",
-        table(experiment, results),
+        table(experiment, results, scale),
         "",
     ]
     failed = [r for res in results.values() for r in res.failed]
     if failed:
         parts += [f"{len(failed)} failed run(s):", ""] + [f"- {r.path}: {r.problem}" for r in failed] + [""]
+    if population is not None:
+        parts += [population_section(population)]
     if figures:
         parts += ["## Figures", ""]
         parts += [f"![{name}]({path.relative_to(out).as_posix()})" for name, path in figures.items()] + [""]
@@ -189,6 +227,9 @@ def _curves_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults]):
             line = ax.plot(steps, means, marker="o", ms=3, label=metric)[0]
             ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                             color=line.get_color(), alpha=0.2)
+            chance = results[label].mean(REFERENCES[metric]) if metric in REFERENCES else None
+            if chance is not None:
+                ax.axhline(chance, color="black", ls="--", lw=1.0, label=f"{REFERENCE_LABEL} ({metric})")
         ax.set(title=label, xlabel="training step")
         if ax.has_data():
             ax.legend(fontsize=8)
@@ -217,7 +258,12 @@ def _against_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults], 
             if points:
                 points.sort()
                 xs, ys, es = zip(*points)
-                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=series["label"])
+                bars = ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=series["label"])
+                chances = [c for label in series["runs"] if metric in REFERENCES
+                           and (c := results[label].mean(REFERENCES[metric])) is not None]
+                if chances:
+                    ax.axhline(statistics.fmean(chances), color=bars.lines[0].get_color(), ls="--", lw=1.0,
+                               label=f"{series['label']}: {REFERENCE_LABEL}")
         if isinstance(spec.get("vline"), (int, float)):
             ax.axvline(spec["vline"], color="black", ls="--", lw=0.8)
         ax.set(title=metric, xlabel=spec.get("xlabel", "x"))

@@ -10,6 +10,11 @@ at a time, and finished runs are skipped when the command is repeated. Then
 baseline, claim verdicts), ``OUT/results.json`` (the same numbers) and
 ``OUT/figures/*.png`` are written. As in ``icl sweep run``, parallel runs share
 the cores (``OMP_NUM_THREADS`` = cores // workers unless set).
+
+An experiment with a ``population`` entry is first checked without training
+(:mod:`identifiable_cl.reproduce.population`, seconds at every scale, before any run starts, so a
+problem with the entry surfaces at once); its numbers go into results.md and, under
+``population``, results.json.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from identifiable_cl.reproduce import report
+from identifiable_cl.reproduce import population, report
 from identifiable_cl.reproduce.claims import Verdict, check
 from identifiable_cl.reproduce.experiment import (
     SCALES,
@@ -50,6 +55,7 @@ class Reproduction:
     verdicts: list[Verdict]
     figures: dict[str, Path]
     markdown: Path
+    population: population.PopulationCheck | None = None
 
 
 Planned = list[tuple[str, SweepSpec, PlannedRun]]
@@ -141,6 +147,10 @@ def reproduce(
     out = Path(out) if out is not None else Path(DEFAULT_OUT) / f"{experiment.name}-{scale}"
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    checked = None
+    if experiment.population is not None:
+        checked = population.run_check(experiment, scale)
+        echo(f"population check (no training): {len(checked.runs)} runs in {time.perf_counter() - started:.1f} s")
     planned = plan(experiment, scale, seeds, out, runs)
     run_all(planned, workers, echo, pack)
     results = collect(experiment, planned)
@@ -149,24 +159,25 @@ def reproduce(
     figures = report.draw(experiment, scale, results, out)
     command = command or f"icl reproduce {experiment.name} --scale {scale} --seeds {seeds} --workers {workers} --out {out}"
     text = report.markdown(
-        experiment, scale, seeds, results, verdicts, figures, command, out, time.perf_counter() - started
+        experiment, scale, seeds, results, verdicts, figures, command, out, time.perf_counter() - started,
+        population=checked,
     )
     (out / RESULTS_MD).write_text(text)
-    (out / RESULTS_JSON).write_text(json.dumps(
-        {
-            "experiment": experiment.name,
-            "scale": scale,
-            "seeds": seeds,
-            "means": means,
-            "failed": {label: [str(r.path) for r in res.failed] for label, res in results.items()},
-            "claims": [
-                {"claim": v.claim.text, "verdict": v.state, "left": v.left, "right": v.right, "threshold": v.threshold,
-                 "detail": v.detail}
-                for v in verdicts
-            ],
-        },
-        indent=2,
-    ))
+    data = {
+        "experiment": experiment.name,
+        "scale": scale,
+        "seeds": seeds,
+        "means": means,
+        "failed": {label: [str(r.path) for r in res.failed] for label, res in results.items()},
+        "claims": [
+            {"claim": v.claim.text, "verdict": v.state, "left": v.left, "right": v.right, "threshold": v.threshold,
+             "detail": v.detail}
+            for v in verdicts
+        ],
+    }
+    if checked is not None:
+        data["population"] = checked.to_json()
+    (out / RESULTS_JSON).write_text(json.dumps(data, indent=2))
     plumbing = " (scale tiny checks the plumbing only, not the claims)" if scale == "tiny" else ""
     echo(f"{sum(v.state == 'holds' for v in verdicts)} of {len(verdicts)} claims hold{plumbing}; results in {out / RESULTS_MD}")
-    return Reproduction(experiment, scale, results, verdicts, figures, out / RESULTS_MD)
+    return Reproduction(experiment, scale, results, verdicts, figures, out / RESULTS_MD, checked)

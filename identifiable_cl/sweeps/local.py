@@ -19,8 +19,11 @@ directory there. The folder ``OUT/<sweep name>/<run id>/`` holds::
     run/          the run directory of ``icl train``
 
 A run whose ``status.json`` records exit code 0 is finished and skipped when the
-sweep is run again; any other run is started afresh. A failing run is recorded
-and the others go on. With ``devices``, worker slot i runs its jobs with
+sweep is run again. A run that was interrupted (its process gone while ``running``, as when a
+machine or session ends, or stopped by Ctrl-C, exit code 130) continues from its last
+checkpoint with ``icl train --resume`` when the command runs ``icl train`` and its folder holds
+that checkpoint for the same parameters (``status.json`` then has ``resumed_from_step``); any
+other run is started afresh. A failing run is recorded and the others go on. With ``devices``, worker slot i runs its jobs with
 ``CUDA_VISIBLE_DEVICES=devices[i % len(devices)]``.
 
 With ``pack`` K > 1, up to K runs whose configs can share one batched encoder
@@ -34,6 +37,7 @@ sweep's command to be ``... icl train ...``.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -48,6 +52,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
+from dgp.files import load_tensors
 from identifiable_cl.rundir import read_metrics, write_json
 from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
 from identifiable_cl.sweeps.render import describe, render_command
@@ -179,16 +184,54 @@ def release(fd: int) -> None:
     os.close(fd)
 
 
-def _start(spec: SweepSpec, run: PlannedRun, device: str | None, workers: int) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-    """A fresh folder for the run, its parameters and its ``running`` status; returns (argv, env, status).
+INTERRUPTED_EXIT = 130
+"""The exit code of an ``icl train`` stopped by Ctrl-C (SIGINT), which keeps its checkpoint."""
+
+
+def resumable_step(spec: SweepSpec, run: PlannedRun) -> int | None:
+    """The checkpoint step an interrupted run can continue from (see the module docstring), or None.
+
+    The caller holds the run's lock, so a ``running`` status was left by a process that is gone."""
+    from identifiable_cl.arguments import after_train
+
+    status = read_status(run.folder) or {}
+    interrupted = status.get("state") == "running" or (status.get("state") == "failed"
+                                                         and status.get("exit_code") == INTERRUPTED_EXIT)
+    checkpoint = run.folder / RUN / "checkpoint.pt"
+    if not interrupted or not checkpoint.is_file() or after_train(status.get("command") or []) is None:
+        return None
+    try:
+        if read_params(run.folder / PARAMS) != dict(run.params):
+            return None
+        train_position(status["command"])
+        return int(load_tensors(checkpoint)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None  # not a readable icl train checkpoint of these parameters: start afresh
+
+
+def resume_command(argv: Sequence[str], run_dir: Path) -> list[str]:
+    """``argv`` (a rendered ``... icl train ...`` command) turned into ``... icl train --resume run_dir``,
+    keeping ``--quiet``; the config file and overrides are dropped: the run saved its config."""
+    from identifiable_cl.arguments import split
+
+    at = train_position(argv)
+    options, _ = split(argv[at + 1 :])
+    return [*argv[: at + 1], "--resume", str(run_dir), *(["--quiet"] if "--quiet" in options else [])]
+
+
+def _start(spec: SweepSpec, run: PlannedRun, device: str | None, workers: int,
+           resumed: int | None = None) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """The run's folder (fresh, or kept when ``resumed`` gives the checkpoint step of an interrupted
+    run, :func:`resumable_step`), its parameters and its ``running`` status; returns (argv, env, status).
 
     The caller holds the run's lock (:func:`claim`), so whatever the folder holds was left by a
     process that is gone."""
     folder = run.folder
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    write_params(folder / PARAMS, run.params)
+    if resumed is None:
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        write_params(folder / PARAMS, run.params)
     env = run_environment(spec, run, device, os.environ, workers)
     json_file = None
     if "${args_json_file}" in [str(c) for c in spec.command]:
@@ -196,6 +239,8 @@ def _start(spec: SweepSpec, run: PlannedRun, device: str | None, workers: int) -
         json_file.write_text(json.dumps(run.params))
     argv = render_command(spec.command, run.params, program=spec.program, args_json_file=json_file and str(json_file), environ=env)
     argv += ["--run-dir", str(folder.resolve() / RUN)]
+    if resumed is not None:
+        argv = resume_command(argv, folder.resolve() / RUN)
     status: dict[str, Any] = {
         "run_id": run.run_id,
         "wandb_id": run.wandb_id,
@@ -212,6 +257,8 @@ def _start(spec: SweepSpec, run: PlannedRun, device: str | None, workers: int) -
         "run_dir": RUN,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if resumed is not None:
+        status["resumed_from_step"] = resumed
     write_json(folder / STATUS, status)
     return argv, env, status
 
@@ -266,9 +313,10 @@ def _last_record(run_dir: Path) -> dict[str, Any] | None:
 
 
 def execute(spec: SweepSpec, run: PlannedRun, lock: int, device: str | None = None, workers: int = 1,
-            watch: Callable[[], bool] | None = None) -> Outcome:
-    """Start one planned run in a fresh folder, wait for it and record its status (the caller holds its lock)."""
-    argv, env, status = _start(spec, run, device, workers)
+            watch: Callable[[], bool] | None = None, resumed: int | None = None) -> Outcome:
+    """Start one planned run in a fresh folder (or resume it from step ``resumed``), wait for it and
+    record its status (the caller holds its lock)."""
+    argv, env, status = _start(spec, run, device, workers, resumed)
     started = time.perf_counter()
     code, stopped = _launch(argv, env, run.folder / LOG, lock, _recorder([(run, status)]), watch)
     return _finish(run, status, code, time.perf_counter() - started, stopped)
@@ -300,18 +348,28 @@ def execute_pack(spec: SweepSpec, runs: Sequence[PlannedRun], device: str | None
     ``watch(run)`` (one run only, see :func:`_launch`) may stop it early."""
     if watch is not None and len(runs) > 1:
         raise ValueError("--pack: early stopping (early_terminate) stops runs one by one; run without --pack")
-    locks, claimed, outcomes = {}, [], []
+    locks, claimed, resumed, outcomes = {}, [], {}, []
     for run in runs:
         try:
             locks[run.index] = claim(run)
-            claimed.append(run)
-            previous = read_status(run.folder) or {}
-            if previous.get("state") == "running":
-                echo(f"{run.run_id}: restarted; the process that ran it before (pid {previous.get('pid')}) is gone")
         except Busy as exc:
             echo(f"{run.run_id}: {exc}")
             outcomes.append(Outcome(run, "busy", 0, 0.0))
+            continue
+        previous = read_status(run.folder) or {}
+        step = resumable_step(spec, run)
+        if step is not None:
+            resumed[run.index] = step
+            echo(f"{run.run_id}: interrupted before (pid {previous.get('pid')}); resumed from its checkpoint at step {step}")
+        else:
+            claimed.append(run)
+            if previous.get("state") == "running":
+                echo(f"{run.run_id}: restarted; the process that ran it before (pid {previous.get('pid')}) is gone")
     try:
+        for run in runs:  # a resumed run continues alone, whatever pack it started in
+            if run.index in resumed:
+                watching = None if watch is None else functools.partial(watch, run)
+                outcomes.append(execute(spec, run, locks[run.index], device, workers, watching, resumed[run.index]))
         if claimed:
             outcomes += _execute_claimed(spec, claimed, [locks[r.index] for r in claimed], device, workers, watch)
     finally:

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from identifiable_cl.evaluation import evaluate, identity_baseline, linear_readout, metrics
+from identifiable_cl.evaluation import evaluate, identity_baseline, linear_readout, metrics, random_rotation_reference
+from identifiable_cl.evaluation.wrappers import reference_generator
 
 
 class FakeProcess:
@@ -47,7 +48,8 @@ def test_inverse_encoder_scores_one_and_keys_are_flat():
     process = FakeProcess(lambda_groups=[[0, 1], [2, 3]])
     out = evaluate(process.unmix, process, torch.Generator().manual_seed(0), **SMALL)
     blocks = {"r2_linear_content", "r2_linear_style", "r2_nonlinear_content", "r2_nonlinear_style"}
-    assert set(out) == BASE_KEYS | blocks | {"mcc_block_aware", "mcc_block_aware_per_dim"}
+    aware = {"mcc_block_aware", "mcc_block_aware_per_dim", "mcc_block_aware_random_rotation"}
+    assert set(out) == BASE_KEYS | blocks | aware
     for key in ("r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "mcc_block_aware", "r2_linear_style"):
         assert out[key] == pytest.approx(1.0, abs=1e-3), key
     assert out["mcc_matching"] == [[0, 0], [1, 1], [2, 2], [3, 3]]
@@ -130,3 +132,54 @@ def test_bad_input():
     broken = FakeProcess(blocks={"content": [0, 1], "style": [1, 2, 3]})
     with pytest.raises(ValueError, match="latent dimension 1 appears in both"):
         evaluate(lambda x: x, broken, g, n_fit=50, n_test=50, nonlinear=False)
+
+
+def test_random_rotation_reference_is_added_without_changing_the_other_draws(gaussian):
+    z = gaussian(1200, 4, 20)
+    h = z @ gaussian(4, 4, 21) + 0.3 * gaussian(1200, 4, 22)
+    groups = [[0, 1], [2, 3]]
+    halves = (z[:600], h[:600], z[600:], h[600:])
+    runs = {}
+    for name, lambda_groups in (("plain", None), ("grouped", groups)):
+        g = torch.Generator().manual_seed(3)
+        runs[name] = metrics(*halves, lambda_groups=lambda_groups, generator=g), g
+    (plain, after_plain), (grouped, after) = runs["plain"], runs["grouped"]
+    assert "mcc_block_aware_random_rotation" not in plain
+    assert {k: grouped[k] for k in plain} == plain  # the nonlinear R² drew the same numbers
+    assert torch.equal(after_plain.get_state(), after.get_state())  # the reference leaves the caller's generator alone
+    assert set(grouped) - set(plain) == {"mcc_block_aware", "mcc_block_aware_per_dim", "mcc_block_aware_random_rotation"}
+    # seeded from the generator as the nonlinear R² left it, which is where metrics leaves it
+    own = random_rotation_reference(z[600:], groups, reference_generator(after))
+    assert grouped["mcc_block_aware_random_rotation"] == own.mean
+    assert 0.0 < own.mean < 1.0
+
+
+def test_random_rotation_reference_in_metrics_is_deterministic(gaussian):
+    z = gaussian(800, 4, 23)
+    groups = [[0, 2], [1, 3]]
+    options = dict(lambda_groups=groups, nonlinear=False)
+
+    def reference(generator):
+        return metrics(z[:400], z[:400], z[400:], z[400:], generator=generator, **options)["mcc_block_aware_random_rotation"]
+
+    assert reference(None) == reference(None)
+    assert reference(torch.Generator().manual_seed(8)) == reference(torch.Generator().manual_seed(8))
+    assert reference(torch.Generator().manual_seed(8)) != reference(torch.Generator().manual_seed(9))
+    in_sample = metrics(z[:400], z[:400], in_sample=True, **options)["mcc_block_aware_random_rotation"]
+    assert in_sample == random_rotation_reference(z[:400], groups, reference_generator(None)).mean
+
+
+def test_identity_baseline_carries_the_reference_too():
+    process = FakeProcess(lambda_groups=[[0, 1], [2, 3]])
+    out = identity_baseline(process, torch.Generator().manual_seed(0), **SMALL, nonlinear=False)
+    assert 0.5 < out["identity_mcc_block_aware_random_rotation"] < 1.0
+
+
+def test_reference_generator_copies_a_generator_on_any_device(device):
+    g = torch.Generator(device=device).manual_seed(12)
+    before = g.get_state()
+    first, second = reference_generator(g), reference_generator(g)
+    assert torch.equal(g.get_state(), before)
+    assert first.device.type == "cpu" and first.initial_seed() == second.initial_seed()
+    torch.rand(1, generator=g, device=device)
+    assert reference_generator(g).initial_seed() != first.initial_seed()  # seeded by the generator's state

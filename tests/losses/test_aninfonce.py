@@ -23,9 +23,9 @@ def reference(h, hp, hn, lam, factor, negatives, reduction, unit_norm=True) -> f
     s = lambda a, b: -factor * float(np.sum(lam * (a - b) ** 2))  # noqa: E731
 
     def row(pos, negs):
-        values = np.array([pos, *negs])
+        values = np.array(negs if reduction.startswith("decoupled") else [pos, *negs])
         out = -pos + logsumexp(values)
-        return out - math.log(len(values)) if reduction == "logmeanexp" else out
+        return out - math.log(len(values)) if reduction.endswith("logmeanexp") else out
 
     B = len(h)
     rows = []

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from identifiable_cl.losses import AnInfoNCE, HardNegativeInfoNCE, InfoNCE, blocked, native
-from identifiable_cl.losses.base import NEGATIVE_SETS, SIMILARITIES
+from identifiable_cl.losses.base import DECOUPLED, NEGATIVE_SETS, SIMILARITIES
 
 KERNELS = ["eager"] + (["native"] if native.available() else [])
 
@@ -93,6 +93,9 @@ def dense_hard_negative(loss: HardNegativeInfoNCE, h, hp, hn=None):
         tau = loss.temperature.value()
         floor = t.n_neg * torch.exp(torch.as_tensor(-1.0 / tau, dtype=g.dtype))
         g = torch.maximum((g - loss.tau_plus * t.n_neg * torch.exp(t.pos)) / (1 - loss.tau_plus), floor)
+    if loss.reduction.startswith("decoupled"):  # -l+ + log G, minus log N for the log-mean
+        rows = torch.log(g) - t.pos
+        return (rows - math.log(t.n_neg) if loss.reduction == "decoupled_logmeanexp" else rows).mean()
     return (torch.log(torch.exp(t.pos) + g) - t.pos).mean()
 
 
@@ -206,3 +209,68 @@ def test_native_on_an_unsupported_dtype_is_a_clear_error():
         with pytest.raises(RuntimeError, match="ICL_KERNELS=native"):
             blocked.block_forward(x, x.T.contiguous(), torch.tensor(1.0), None, "l1", (1.0,), False)
     assert torch.isfinite(loss(x, x))
+
+
+# --- decoupled reductions: lse over the negatives alone, minus the positive ---
+
+
+def dense_decoupled(loss, h, hp, hn=None):
+    """Every logit materialised by ``terms``; the positive kept out of the logsumexp."""
+    t = loss.terms(h, hp, hn)
+    rows = torch.logsumexp(t.neg, 1) - t.pos
+    if loss.reduction == "decoupled_logmeanexp":
+        rows = rows - math.log(t.n_neg)
+    return rows.mean()
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("kind", SIMILARITIES)
+@pytest.mark.parametrize("negatives", NEGATIVE_SETS)
+@pytest.mark.parametrize("reduction", DECOUPLED)
+@pytest.mark.parametrize("B,block_rows", [(5, 2), (33, 8)])
+def test_decoupled_values_and_gradients_equal_the_dense_form(kernels, kind, negatives, reduction, B, block_rows):
+    loss = InfoNCE(dim=4, similarity=kind, tau=0.3, negatives=negatives, reduction=reduction, learn_tau=True).double()
+    xs = inputs(B, 4, seed=B + 1, shared=2 * B + 1 if negatives == "independent" else None)
+    params = [loss.temperature.log_tau, *[x for x in xs if x is not None]]
+    want = torch.autograd.grad(dense_decoupled(loss, *xs), params)
+    with blocked.use_kernels(kernels, block_rows=block_rows):
+        value = loss(*xs)
+        got = torch.autograd.grad(value, params)
+    torch.testing.assert_close(value.detach(), dense_decoupled(loss, *xs).detach(), rtol=1e-10, atol=1e-12)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10 * float(w.abs().max()))
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("negatives", NEGATIVE_SETS)
+@pytest.mark.parametrize("reduction", DECOUPLED)
+def test_aninfonce_decoupled_and_lambda_gradient(kernels, negatives, reduction):
+    loss = AnInfoNCE(dim=4, negatives=negatives, reduction=reduction, seed=3).double()
+    xs = inputs(11, 4, seed=4, shared=6 if negatives == "independent" else None)
+    params = [loss.raw_lambda, *[x for x in xs if x is not None]]
+    want = torch.autograd.grad(dense_decoupled(loss, *xs), params)
+    with blocked.use_kernels(kernels, block_rows=5):
+        value = loss(*xs)
+        got = torch.autograd.grad(value, params)
+    torch.testing.assert_close(value.detach(), dense_decoupled(loss, *xs).detach(), rtol=1e-10, atol=1e-12)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("kind", SIMILARITIES)
+@pytest.mark.parametrize("reduction", DECOUPLED)
+@pytest.mark.parametrize("negatives", ["symmetric", "first_view", "independent"])
+def test_hard_negative_decoupled(kernels, kind, reduction, negatives):
+    loss = HardNegativeInfoNCE(
+        dim=3, similarity=kind, beta=1.5, tau=0.8, learn_tau=True, negatives=negatives, reduction=reduction
+    ).double()
+    xs = inputs(10, 3, seed=5, shared=7 if negatives == "independent" else None)
+    params = [loss.temperature.log_tau, *[x for x in xs if x is not None]]
+    want = torch.autograd.grad(dense_hard_negative(loss, *xs), params)
+    with blocked.use_kernels(kernels, block_rows=3):
+        value = loss(*xs)
+        got = torch.autograd.grad(value, params)
+    torch.testing.assert_close(value.detach(), dense_hard_negative(loss, *xs).detach(), rtol=1e-10, atol=1e-12)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-11)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from identifiable_cl.losses import HardNegativeInfoNCE, InfoNCE
-from identifiable_cl.losses.base import NEGATIVE_SETS, REDUCTIONS, SIMILARITIES
+from identifiable_cl.losses import Ensemble, HardNegativeInfoNCE, InfoNCE
+from identifiable_cl.losses.base import DECOUPLED, NEGATIVE_SETS, REDUCTIONS, SIMILARITIES
 from identifiable_cl.losses import LOSSES
 
 
@@ -60,6 +60,10 @@ def reference(h, hp, hn, kind, tau, beta, tau_plus, negatives, reduction, report
             g = max(raw, N * np.exp(-1 / tau))
             if report is not None:
                 report.append(raw < N * np.exp(-1 / tau))
+        if reduction.startswith("decoupled"):  # the positive left out of the denominator
+            value = -lp + np.log(g)
+            losses.append(value - math.log(N) if reduction == "decoupled_logmeanexp" else value)
+            continue
         value = -lp + np.log(np.exp(lp) + g)
         losses.append(value - math.log(N + 1) if reduction == "logmeanexp" else value)
     return float(np.mean(losses))
@@ -151,17 +155,19 @@ def test_large_beta_is_stable_in_float32():
     assert torch.isfinite(got) and got.item() == pytest.approx(want, rel=1e-4)
 
 
-@pytest.mark.parametrize("tau_plus", [0.0, 0.1])
+@pytest.mark.parametrize("tau_plus,reduction", [(0.0, "logsumexp"), (0.1, "logsumexp"), (0.0, "decoupled_logsumexp"),
+                                                (0.0, "decoupled_logmeanexp")])
 @pytest.mark.parametrize("negatives", ["symmetric", "independent"])
-def test_gradcheck(tau_plus, negatives):
+def test_gradcheck(tau_plus, reduction, negatives):
     loss = HardNegativeInfoNCE(
-        dim=3, beta=1.5, tau_plus=tau_plus, tau=0.6, learn_tau=True, negatives=negatives
+        dim=3, beta=1.5, tau_plus=tau_plus, tau=0.6, learn_tau=True, negatives=negatives, reduction=reduction
     ).double()
     h, hp, hn = batch(4, 3, seed=25, shared=3, noise=1.0)
     inputs = [x.requires_grad_() for x in (h, hp, hn)]
     assert torch.autograd.gradcheck(lambda a, b, c: loss(a, b, c), inputs)
     log_tau = loss.temperature.log_tau.detach().clone().requires_grad_()
     args = tuple(x.detach() for x in inputs)
+
     def of_tau(t):
         return torch.func.functional_call(loss, {"temperature.log_tau": t}, args)
 
@@ -190,3 +196,53 @@ def test_batch_sizes_4_then_7():
 def test_invalid_options(options, key):
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         LOSSES.build({"name": "hard_negative", **options}, key="loss", dim=3)
+
+
+# --- decoupled reductions ---
+
+
+@pytest.mark.parametrize("kind", SIMILARITIES)
+@pytest.mark.parametrize("reduction", DECOUPLED)
+def test_decoupled_with_per_anchor_negatives(kind, reduction):
+    g = torch.Generator().manual_seed(30)
+    h, hp, _ = batch(5, 3, seed=30)
+    hn = torch.randn(5, 4, 3, generator=g, dtype=torch.float64)
+    loss = HardNegativeInfoNCE(dim=3, beta=2.0, similarity=kind, tau=0.7, negatives="independent", reduction=reduction)
+    want = reference(h, hp, hn, kind, 0.7, 2.0, 0.0, "independent", reduction)
+    assert loss(h, hp, hn).item() == pytest.approx(want, rel=1e-10, abs=1e-12)
+
+
+@pytest.mark.parametrize("negatives", NEGATIVE_SETS)
+def test_decoupled_identity(negatives):
+    """Per row L_decoupled = L_logsumexp - log(1 + e^{l+} / G), and the log-mean forms are shifts."""
+    h, hp, hn = batch(6, 3, seed=31, shared=5)
+    options = dict(dim=3, beta=1.5, similarity="l2", tau=0.5, negatives=negatives)
+    value = {r: HardNegativeInfoNCE(reduction=r, **options)(h, hp, hn) for r in REDUCTIONS}
+    t = HardNegativeInfoNCE(**options).terms(h, hp, hn)
+    w = torch.softmax(1.5 * t.neg, 1)  # importance weights w_k / sum w, 0 on excluded pairs
+    log_g = math.log(t.n_neg) + torch.logsumexp(t.neg + torch.log(w), 1)
+    gap = t.pos - log_g
+    softplus = torch.logaddexp(torch.zeros_like(gap), gap)
+    close = dict(rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(value["decoupled_logsumexp"], value["logsumexp"] - softplus.mean(), **close)
+    torch.testing.assert_close(value["decoupled_logmeanexp"], value["decoupled_logsumexp"] - math.log(t.n_neg), **close)
+
+
+@pytest.mark.parametrize("reduction", DECOUPLED)
+def test_debiasing_cannot_be_decoupled(reduction):
+    message = (
+        rf"loss\.reduction='{reduction}' is invalid: debiasing \(tau_plus=0\.1 > 0\) .*"
+        r"allowed with tau_plus > 0: 'logsumexp', 'logmeanexp'"
+    )
+    with pytest.raises(ValueError, match=message):
+        LOSSES.build({"name": "hard_negative", "tau_plus": 0.1, "reduction": reduction}, key="loss", dim=3)
+    members = [{"name": "infonce"}, {"name": "hard_negative", "tau_plus": 0.1, "reduction": reduction}]
+    with pytest.raises(ValueError, match=rf"loss\.members\[1\]\.reduction='{reduction}' is invalid"):
+        LOSSES.build({"name": "ensemble", "members": members}, key="loss", dim=3)
+    HardNegativeInfoNCE(dim=3, tau_plus=0.0, reduction=reduction)
+    HardNegativeInfoNCE(dim=3, tau_plus=0.1, reduction="logmeanexp")
+    h, hp, _ = batch(4, 3, seed=33)
+    loss = HardNegativeInfoNCE(dim=3, negatives="independent", reduction=reduction)
+    with pytest.raises(ValueError, match="needs at least one negative"):
+        loss(h, hp, torch.zeros(0, 3, dtype=torch.float64))
+    assert isinstance(Ensemble(dim=3, members=[{"name": "hard_negative", "reduction": reduction}]), Ensemble)

@@ -9,8 +9,8 @@ import pytest
 import torch
 from scipy.special import logsumexp
 
-from identifiable_cl.losses import InfoNCE
-from identifiable_cl.losses.base import NEGATIVE_SETS, REDUCTIONS, SIMILARITIES
+from identifiable_cl.losses import AnInfoNCE, Ensemble, InfoNCE
+from identifiable_cl.losses.base import DECOUPLED, NEGATIVE_SETS, REDUCTIONS, SIMILARITIES
 from identifiable_cl.losses import LOSSES
 
 
@@ -23,9 +23,11 @@ def sim(a: np.ndarray, b: np.ndarray, kind: str) -> float:
 
 
 def row_loss(pos: float, negs: list[float], reduction: str) -> float:
-    values = np.array([pos, *negs])
+    """-pos + log sum (or mean) of exp over the positive and the negatives; the decoupled
+    reductions take it over the negatives alone."""
+    values = np.array(negs if reduction.startswith("decoupled") else [pos, *negs])
     out = -pos + logsumexp(values)
-    return out - math.log(len(values)) if reduction == "logmeanexp" else out
+    return out - math.log(len(values)) if reduction.endswith("logmeanexp") else out
 
 
 def reference(h, hp, hn, kind, tau, negatives, reduction) -> float:
@@ -145,9 +147,12 @@ def test_cosine_ignores_scale_and_positive_pairs_lower_the_loss():
 
 
 @pytest.mark.parametrize("kind", SIMILARITIES)
-@pytest.mark.parametrize("negatives", NEGATIVE_SETS)
-def test_gradcheck(kind, negatives):
-    loss = InfoNCE(dim=3, similarity=kind, tau=0.7, learn_tau=True, negatives=negatives).double()
+@pytest.mark.parametrize("negatives,reduction", [(n, "logsumexp") for n in NEGATIVE_SETS] + [
+    ("symmetric", "decoupled_logsumexp"), ("first_view", "decoupled_logmeanexp"),
+    ("r24", "decoupled_logmeanexp"), ("independent", "decoupled_logsumexp"),
+])
+def test_gradcheck(kind, negatives, reduction):
+    loss = InfoNCE(dim=3, similarity=kind, tau=0.7, learn_tau=True, negatives=negatives, reduction=reduction).double()
     h, hp, hn = batch(4, 3, seed=7, shared=3)
     inputs = [x.requires_grad_() for x in (h, hp, hn)]
     assert torch.autograd.gradcheck(lambda a, b, c: loss(a, b, c), inputs)
@@ -224,3 +229,210 @@ def test_invalid_options(options, key):
     for name in ("infonce", "hard_negative"):
         with pytest.raises(ValueError, match=key.replace(".", r"\.")):
             LOSSES.build({"name": name, **options}, key="loss", dim=3)
+
+
+# --- decoupled reductions: the positive left out of the denominator ---
+
+
+def torch_sim(a: torch.Tensor, b: torch.Tensor, kind: str) -> torch.Tensor:
+    if kind == "cosine":
+        return a @ b / (a.norm() * b.norm())
+    if kind == "dot":
+        return a @ b
+    return -(a - b).abs().pow(int(kind[1])).sum()
+
+
+def decoupled_reference(h, hp, hn, logit, negatives, reduction) -> torch.Tensor:
+    """Differentiable per-anchor loops: mean of -l(a, a+) + log sum (mean) over N(a) alone."""
+    B = len(h)
+    rows = []
+
+    def add(pos, negs):
+        lse = torch.logsumexp(torch.stack(negs), 0)
+        if reduction == "decoupled_logmeanexp":
+            lse = lse - math.log(len(negs))
+        rows.append(lse - pos)
+
+    for i in range(B):
+        others = [j for j in range(B) if j != i]
+        pos = logit(h[i], hp[i])
+        if negatives in ("symmetric", "r24"):
+            add(pos, [logit(h[i], h[j]) for j in others] + [logit(h[i], hp[j]) for j in others])
+            if negatives == "symmetric":
+                negs = [logit(hp[i], hp[j]) for j in others] + [logit(hp[i], h[j]) for j in others]
+                add(logit(hp[i], h[i]), negs)
+            else:
+                negs = [logit(hp[i], hp[j]) for j in others] + [logit(h[i], hp[j]) for j in others]
+                add(pos, negs)
+        elif negatives == "one_sided":
+            add(pos, [logit(h[i], hp[j]) for j in others])
+        elif negatives == "first_view":
+            add(pos, [logit(h[i], h[j]) for j in range(B)])
+        else:
+            add(pos, [logit(h[i], n) for n in (hn if hn.dim() == 2 else hn[i])])
+    return torch.stack(rows).mean()
+
+
+def values_and_grads(fn, xs):
+    """fn(h, hp, hn) and its gradients in the tensors of xs (hn may be None)."""
+    value = fn(*xs)
+    return value.detach(), torch.autograd.grad(value, [x for x in xs if x is not None])
+
+
+def assert_values_and_grads(got, want, rtol=1e-10):
+    torch.testing.assert_close(got[0], want[0], rtol=rtol, atol=1e-12)
+    for g, w in zip(got[1], want[1]):
+        torch.testing.assert_close(g, w, rtol=rtol, atol=rtol * max(float(w.abs().max()), 1e-2))
+
+
+@pytest.mark.parametrize("kind", SIMILARITIES)
+@pytest.mark.parametrize("negatives", NEGATIVE_SETS)
+@pytest.mark.parametrize("reduction", DECOUPLED)
+def test_decoupled_values_and_gradients_match_reference(kind, negatives, reduction):
+    tau = 0.6
+    loss = InfoNCE(dim=3, similarity=kind, tau=tau, negatives=negatives, reduction=reduction)
+    for hn_shape in ({"shared": 4}, {"k": 3}) if negatives == "independent" else ({},):
+        h, hp, hn = batch(5, 3, seed=40, **hn_shape)
+        xs = [None if x is None else x.requires_grad_() for x in (h, hp, hn)]
+
+        def logit(a, b):
+            return torch_sim(a, b, kind) / tau
+
+        def plain(h, hp, hn):
+            return decoupled_reference(h, hp, hn, logit, negatives, reduction)
+
+        assert_values_and_grads(values_and_grads(loss, xs), values_and_grads(plain, xs))
+
+
+@pytest.mark.parametrize("kind", SIMILARITIES)
+@pytest.mark.parametrize("negatives", NEGATIVE_SETS)
+def test_decoupled_identities(kind, negatives):
+    """Per row L_decoupled = L_logsumexp - log(1 + e^{pos - lse}); the log-mean forms are shifts."""
+    h, hp, hn = batch(6, 3, seed=41, shared=5)
+    options = dict(dim=3, similarity=kind, tau=0.8, negatives=negatives)
+    value = {r: InfoNCE(reduction=r, **options)(h, hp, hn) for r in REDUCTIONS}
+    t = InfoNCE(**options).terms(h, hp, hn)
+    gap = t.pos - torch.logsumexp(t.neg, 1)
+    softplus = torch.logaddexp(torch.zeros_like(gap), gap)
+    close = dict(rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(value["decoupled_logsumexp"], value["logsumexp"] - softplus.mean(), **close)
+    torch.testing.assert_close(value["decoupled_logmeanexp"], value["decoupled_logsumexp"] - math.log(t.n_neg), **close)
+    torch.testing.assert_close(value["logmeanexp"], value["logsumexp"] - math.log(1 + t.n_neg), **close)
+    assert value["decoupled_logsumexp"] < value["logsumexp"]
+
+
+@pytest.mark.parametrize("shape", [{"shared": 7}, {"k": 4}])
+def test_decoupled_is_the_log_odds_of_the_positive(shape):
+    """One anchor: L_logsumexp = -log p, L_decoupled = -log(p / (1 - p)) = log(e^{L_logsumexp} - 1)."""
+    h, hp, hn = batch(1, 4, seed=42, **shape)
+    for kind in SIMILARITIES:
+        options = dict(dim=4, similarity=kind, tau=0.5, negatives="independent")
+        coupled = InfoNCE(**options)(h, hp, hn)
+        decoupled = InfoNCE(reduction="decoupled_logsumexp", **options)(h, hp, hn)
+        torch.testing.assert_close(decoupled, torch.log(torch.expm1(coupled)), rtol=1e-10, atol=1e-12)
+
+
+def test_z21_default_mode_formula():
+    """cl-ica LpSimCLRLoss, simclr_compatibility_mode=False: pos/τ + logmeanexp(-||z1_i - z3_k||_p^p / τ),
+    z3 = roll(z1, 1), the positive not among the logits."""
+    h, hp, _ = batch(6, 4, seed=44)
+    for p in (1, 2, 3):
+        for tau in (1.0, 0.3):
+            z3 = torch.roll(h, 1, 0)
+            neg = (h[:, None, :] - z3[None, :, :]).abs().pow(p).sum(-1)
+            pos = (h - hp).abs().pow(p).sum(-1)
+            lme = torch.logsumexp(-neg / tau, 1) - math.log(6)
+            want = (2 * (0.5 * pos / tau + 0.5 * lme)).mean()
+            loss = InfoNCE(dim=4, similarity=f"l{p}", tau=tau, negatives="first_view", reduction="decoupled_logmeanexp")
+            torch.testing.assert_close(loss(h, hp), want, rtol=1e-12, atol=1e-12)
+
+
+def test_vk21_without_the_simclr_denominator_formula():
+    """ssl_identifiability LpSimCLRLoss(simclr_denominator=False): pos + logmeanexp(-||z1_i - z3_k||²), fresh z3."""
+    h, hp, hn = batch(5, 4, seed=45, shared=5)
+    neg = ((h[:, None, :] - hn[None, :, :]) ** 2).sum(-1)
+    pos = ((h - hp) ** 2).sum(-1)
+    want = (pos + torch.logsumexp(-neg, 1) - math.log(5)).mean()
+    loss = InfoNCE(dim=4, similarity="l2", negatives="independent", reduction="decoupled_logmeanexp")
+    torch.testing.assert_close(loss(h, hp, hn), want, rtol=1e-12, atol=1e-12)
+
+
+def test_cebra_infonce_formula():
+    """CEBRA: max-shifted -mean(pos) + mean(logsumexp(neg)) over shared negatives; dot on unit vectors
+    (FixedCosineInfoNCE) and the expanded negative squared distance (FixedEuclideanInfoNCE)."""
+    h, hp, hn = batch(6, 3, seed=46, shared=8)
+    tau = 0.4
+    unit = [torch.nn.functional.normalize(x, dim=1) for x in (h, hp, hn)]
+
+    def cebra(pos, neg):
+        c = neg.max(1, keepdim=True).values
+        return (-(pos - c[:, 0])).mean() + torch.logsumexp(neg - c, 1).mean()
+
+    u, up, un = unit
+    want = cebra((u * up).sum(1) / tau, u @ un.T / tau)
+    for kind in ("dot", "cosine"):
+        loss = InfoNCE(dim=3, similarity=kind, tau=tau, negatives="independent", reduction="decoupled_logsumexp")
+        torch.testing.assert_close(loss(u, up, un), want, rtol=1e-12, atol=1e-12)
+    sq = lambda x: (x ** 2).sum(1)  # noqa: E731
+    pos = -(sq(h) + sq(hp) - 2 * (h * hp).sum(1)) / tau
+    neg = -(sq(h)[:, None] + sq(hn)[None] - 2 * h @ hn.T) / tau
+    loss = InfoNCE(dim=3, similarity="l2", tau=tau, negatives="independent", reduction="decoupled_logsumexp")
+    torch.testing.assert_close(loss(h, hp, hn), cebra(pos, neg), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("negatives", NEGATIVE_SETS)
+@pytest.mark.parametrize("reduction", DECOUPLED)
+def test_aninfonce_decoupled_matches_reference(negatives, reduction):
+    """AnInfoNCE takes the decoupled reductions from base.REDUCTIONS; values and gradients, Λ̂'s included."""
+    loss = AnInfoNCE(dim=3, seed=2, negatives=negatives, reduction=reduction).double()
+    assert loss.reduction == reduction
+    h, hp, hn = batch(5, 3, seed=47, shared=4)
+    xs = [x.requires_grad_() for x in (h, hp, hn)]
+    params = [loss.raw_lambda, *xs]
+
+    def logit(a, b):
+        a, b = a / a.norm(), b / b.norm()
+        return -loss.factor * (loss.lambda_hat * (a - b) ** 2).sum()
+
+    value = loss(*xs)
+    got = value.detach(), torch.autograd.grad(value, params, allow_unused=True)
+    ref = decoupled_reference(*xs, logit, negatives, reduction)
+    want = ref.detach(), torch.autograd.grad(ref, params, allow_unused=True)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-10, atol=1e-12)
+    for g, w in zip(got[1], want[1]):
+        if w is None:
+            assert g is None or not g.any()
+        else:
+            torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_ensemble_members_take_decoupled_reductions():
+    members = [
+        {"name": "infonce", "similarity": "l2", "negatives": "independent", "reduction": "decoupled_logsumexp"},
+        {"name": "hard_negative", "beta": 1.0, "reduction": "decoupled_logmeanexp", "weight": 0.5},
+    ]
+    ensemble = Ensemble(dim=3, members=members)
+    h, hp, hn = batch(5, 3, seed=48, shared=6)
+    want = (
+        InfoNCE(dim=3, similarity="l2", negatives="independent", reduction="decoupled_logsumexp")(h, hp, hn)
+        + 0.5 * LOSSES.build({"name": "hard_negative", "beta": 1.0, "reduction": "decoupled_logmeanexp"}, key="loss", dim=3)(h, hp)
+    )
+    torch.testing.assert_close(ensemble(h, hp, hn), want, rtol=1e-12, atol=1e-12)
+
+
+def test_decoupled_options_and_limits():
+    assert {"decoupled_logsumexp", "decoupled_logmeanexp"} == set(DECOUPLED) < set(REDUCTIONS)
+    for name in ("infonce", "aninfonce", "hard_negative"):
+        with pytest.raises(ValueError, match=r"loss\.reduction='decoupled' is invalid: allowed: .*'decoupled_logsumexp'"):
+            LOSSES.build({"name": name, "reduction": "decoupled"}, key="loss", dim=3)
+    h, hp, _ = batch(4, 3, seed=49)
+    for reduction in DECOUPLED:
+        loss = InfoNCE(dim=3, negatives="independent", reduction=reduction)
+        for empty in (torch.zeros(0, 3, dtype=torch.float64), torch.zeros(4, 0, 3, dtype=torch.float64)):
+            with pytest.raises(ValueError, match=f"reduction='{reduction}' .* needs at least one negative"):
+                loss(h, hp, empty)
+    # the smallest negative sets still work: one_sided with B = 2 has one negative per anchor
+    h, hp, _ = batch(2, 3, seed=50)
+    got = InfoNCE(dim=3, similarity="l1", negatives="one_sided", reduction="decoupled_logmeanexp")(h, hp)
+    want = reference(h, hp, None, "l1", 1.0, "one_sided", "decoupled_logmeanexp")
+    assert got.item() == pytest.approx(want, rel=1e-12)

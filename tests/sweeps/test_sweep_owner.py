@@ -117,3 +117,66 @@ def test_group_by_an_unknown_key_is_an_error(tmp_path):
     run_sweep(spec, tmp_path / "out", echo=quiet)
     with pytest.raises(ValueError, match="--group-by loss.tauu: not a parameter of any run found; did you mean loss.tau"):
         results([tmp_path / "out"], group_by=["loss.tauu"])
+
+
+def test_an_interrupted_icl_train_run_resumes_from_its_checkpoint(tmp_path, tiny, monkeypatch):
+    import identifiable_cl.training as training
+    from identifiable_cl.config import load_config
+    from identifiable_cl.sweeps.local import PARAMS, RUN, write_params
+    from identifiable_cl.training import Interrupted, Trainer
+
+    params = {**tiny, "seed": 3, "train.steps": 20}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "resumed", "method": "grid", "command": [sys.executable, "-m", "identifiable_cl.cli", "train", "${args}"],
+        "parameters": {k: {"value": v} for k, v in params.items()},
+    }))
+    spec = load_sweep(path)
+    (run,) = plan_runs(spec, tmp_path / "out")
+    # the state a killed runner leaves: the run's folder, its checkpoint at step 10, a 'running' status
+    run.folder.mkdir(parents=True)
+    write_params(run.folder / PARAMS, run.params)
+    step = training.train_step
+
+    def killed_after_ten(c):
+        if c.step == 13:
+            raise KeyboardInterrupt
+        return step(c)
+
+    monkeypatch.setattr(training, "train_step", killed_after_ten)
+    with pytest.raises(Interrupted):
+        Trainer.create(load_config(None, run.params), run.folder / RUN, progress=False).run()
+    monkeypatch.setattr(training, "train_step", step)
+    command = [sys.executable, "-m", "identifiable_cl.cli", "train", "--run-dir", str(run.folder / RUN)]
+    (run.folder / STATUS).write_text(json.dumps({"state": "running", "exit_code": None, "pid": 999999999,
+                                                 "command": command}))
+    lines = []
+    (outcome,) = run_sweep(spec, tmp_path / "out", echo=lines.append)
+    assert outcome.state == "finished", (run.folder / "stdout.log").read_text()
+    assert any("resumed from its checkpoint at step 10" in line for line in lines)
+    status = read_status(run.folder)
+    assert status["resumed_from_step"] == 10 and "--resume" in status["command"]
+    resumed = json.loads((run.folder / RUN / "summary.json").read_text())
+    alone = Trainer.create(load_config(None, run.params), tmp_path / "alone", progress=False).run()
+    assert resumed["steps"] == 20
+    for key in ("r2_linear", "mcc_pearson", "identity_r2_linear"):
+        assert resumed[key] == pytest.approx(alone[key], rel=1e-12, abs=1e-12)
+    assert [o.state for o in run_sweep(spec, tmp_path / "out", echo=quiet)] == ["skipped"]
+
+
+def test_a_run_with_other_parameters_in_its_folder_is_started_afresh(tmp_path):
+    from identifiable_cl.sweeps.local import PARAMS, RUN, resumable_step, write_params
+
+    spec = write_sweep(tmp_path / "s.yaml")
+    (run,) = plan_runs(spec, tmp_path / "out")
+    (run.folder / RUN).mkdir(parents=True)
+    (run.folder / RUN / "checkpoint.pt").write_bytes(b"")
+    (run.folder / STATUS).write_text(json.dumps({"state": "running", "pid": 999999999,
+                                                 "command": ["icl", "train", "--run-dir", "x"]}))
+    write_params(run.folder / PARAMS, {**run.params, "loss.tau": 0.3})
+    assert resumable_step(spec, run) is None  # other parameters
+    write_params(run.folder / PARAMS, run.params)
+    assert resumable_step(spec, run) is None  # an unreadable checkpoint
+    (run.folder / STATUS).write_text(json.dumps({"state": "running", "pid": 999999999,
+                                                 "command": [sys.executable, FAKE, "train"]}))
+    assert resumable_step(spec, run) is None  # not icl train

@@ -182,6 +182,17 @@ def restore(c: Components, state: Mapping[str, Any]) -> None:
     c.extra = dict(state.get("extra", {}))
 
 
+def _saved_as(config: Mapping[str, Any], key: str, value: Any) -> bool:
+    """Whether the saved ``config`` already holds ``value`` at the dotted ``key`` (an override that
+    changes nothing, as a sweep repeating a run's own parameters passes)."""
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return canonical(node) == canonical(value)
+
+
 def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_checkpoint: bool = True) -> Components:
     """The components of a saved run at its last checkpoint, from its own files; nothing is written.
 
@@ -197,7 +208,7 @@ def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_
         raise ValueError(f"{str(run_dir)!r} has no {rundir.CHECKPOINT}: the run never reached its first step")
     config = rundir.read_config(run_dir)
     for key in overrides or {}:
-        if key.split(".")[0] not in RESUMABLE:
+        if key.split(".")[0] not in RESUMABLE and not _saved_as(config, key, overrides[key]):
             fail(key, overrides[key], "cannot be changed on resume; only train.*, eval.*, device and wandb.* can")
     try:
         check(config)

@@ -118,4 +118,6 @@ def test_runs_restricts_the_planned_runs(tmp_path, monkeypatch):
     assert [r.ok for r in result.results["aninfonce_linear"].runs] == [True]
     assert all(not result.results[label].runs for label in result.results if label != "aninfonce_linear")
     assert sorted(p.name for p in (tmp_path / "out" / "sweeps").iterdir()) == ["rusak2024-tiny-aninfonce_linear"]
-    assert any(v.state == NO_DATA for v in result.verdicts)
+    missing = sum(v.state == NO_DATA for v in result.verdicts)
+    assert missing and f", {missing} without data" in lines[-1]
+    assert f", {missing} without data)" in result.markdown.read_text()

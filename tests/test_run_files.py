@@ -30,6 +30,12 @@ def test_a_resume_that_fails_validation_changes_nothing(run, override, key, caps
     assert snapshot(run) == before
 
 
+def test_a_resume_may_repeat_the_runs_own_values(run, capsys):
+    assert main(["train", "--resume", str(run), "--loss.tau=0.1", "--dgp.mixing.cond_draws=200", "--quiet"]) == 0
+    assert main(["train", "--resume", str(run), "--dgp.mixing.cond_draws=300", "--quiet"]) == 2
+    assert "dgp.mixing.cond_draws=300 is invalid: cannot be changed on resume" in capsys.readouterr().err
+
+
 class Payload:
     """Unpickling this touches a file: a stand-in for code a crafted run file would execute."""
 

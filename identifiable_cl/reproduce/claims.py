@@ -143,6 +143,13 @@ class Verdict:
     detail: str
 
 
+def tally(verdicts: Sequence["Verdict"]) -> str:
+    """"3 of 4 claims hold", with ", 2 without data" when some claims had no numbers to check."""
+    holds = sum(v.state == HOLDS for v in verdicts)
+    missing = sum(v.state == NO_DATA for v in verdicts)
+    return f"{holds} of {len(verdicts)} claims hold" + (f", {missing} without data" if missing else "")
+
+
 Means = Mapping[str, Mapping[str, float]]
 """Run label → metric → mean over the run's successful seeds."""
 

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from identifiable_cl import rundir
 from identifiable_cl.plots import REFERENCE_LABEL, REFERENCES
-from identifiable_cl.reproduce.claims import HOLDS, Verdict
+from identifiable_cl.reproduce.claims import Verdict, tally
 from identifiable_cl.reproduce.experiment import Experiment
 from identifiable_cl.reproduce.population import PopulationCheck, section as population_section
 from identifiable_cl.aggregate import Run, RunSet
@@ -188,8 +188,7 @@ def markdown(
                   "nothing about the paper's claims; run `--scale smoke` or `--scale paper` for those.", ""]
     if experiment.notes:
         parts += [experiment.notes, ""]
-    holds = sum(v.state == HOLDS for v in verdicts)
-    parts += [f"## Claims ({holds} of {len(verdicts)} hold)", "", verdict_table(verdicts) if verdicts else "No claims at this scale.", ""]
+    parts += [f"## Claims ({tally(verdicts)})", "", verdict_table(verdicts) if verdicts else "No claims at this scale.", ""]
     parts += [
         "## Results",
         "",

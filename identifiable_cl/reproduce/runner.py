@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from identifiable_cl.reproduce import population, report
-from identifiable_cl.reproduce.claims import Verdict, check
+from identifiable_cl.reproduce.claims import Verdict, check, tally
 from identifiable_cl.reproduce.experiment import (
     SCALES,
     Experiment,
@@ -179,5 +179,5 @@ def reproduce(
         data["population"] = checked.to_json()
     (out / RESULTS_JSON).write_text(json.dumps(data, indent=2))
     plumbing = " (scale tiny checks the plumbing only, not the claims)" if scale == "tiny" else ""
-    echo(f"{sum(v.state == 'holds' for v in verdicts)} of {len(verdicts)} claims hold{plumbing}; results in {out / RESULTS_MD}")
+    echo(f"{tally(verdicts)}{plumbing}; results in {out / RESULTS_MD}")
     return Reproduction(experiment, scale, results, verdicts, figures, out / RESULTS_MD, checked)

@@ -208,7 +208,7 @@ def encoders(process: dgp.Process, spec: Population) -> dict[str, Encoder]:
     """The family of the module docstring for ``process``'s latents, identity first."""
     n = process.dim
     space = process.space
-    radius = float(space.radius) if isinstance(space, Sphere) else 1.0
+    radius = _radius(process)
     project: Callable[[Tensor], Tensor] = space.project if isinstance(space, Sphere) else (lambda z: z)
     rotation = haar_rotation(n, spec.seed).to(device=process.device, dtype=process.dtype)
     stretch = torch.zeros(n, device=process.device, dtype=process.dtype)

@@ -102,11 +102,23 @@ def test_r24_medium_is_the_official_setting_for_10k_steps_scored_in_sample():
     assert len(within) == 8 and all(c.scales == ("medium",) for c in within)
 
 
+@pytest.mark.parametrize("name", ["zimmermann2021", "vonkugelgen2021"])
+def test_z21_and_vk21_medium_is_smoke_with_a_larger_batch_and_more_steps(name):
+    experiment = load_experiment(name)
+    for run in experiment.runs:
+        smoke, medium = experiment.config(run.label, "smoke"), experiment.config(run.label, "medium")
+        assert medium["train"]["batch_size"] == 2 * smoke["train"]["batch_size"]
+        assert medium["train"]["steps"] >= 4 * smoke["train"]["steps"]
+        assert medium["eval"]["final_n_fit"] == smoke["eval"]["final_n_fit"]
+        for section in ("dgp", "loss", "encoder", "optim"):
+            assert medium[section] == smoke[section], (run.label, section)
+
+
 def test_runs_selects_labels_and_rejects_unknown_ones(tmp_path, capsys):
     with pytest.raises(ValueError, match="allowed: run labels of rusak2024.*aninfonce_linear"):
         reproduce("rusak2024", "tiny", runs=["aninfonce_lineer"], out=tmp_path / "out", echo=lambda _: None)
     assert not (tmp_path / "out").exists()
-    assert main(["reproduce", "zimmermann2021", "--scale", "medium"]) == 2
+    assert main(["reproduce", "ensembles", "--scale", "medium"]) == 2
     assert "has the scales paper, smoke, tiny" in capsys.readouterr().err
 
 

@@ -1,7 +1,8 @@
-"""Experiment scales beyond paper and smoke, per-scale references, ``within`` claims and ``--runs``."""
+"""Experiment scales beyond paper and smoke, per-scale references, ``within`` claims, ``--runs`` and ``--report-only``."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,22 @@ def test_runs_restricts_the_planned_runs(tmp_path, monkeypatch):
     missing = sum(v.state == NO_DATA for v in result.verdicts)
     assert missing and f", {missing} without data" in lines[-1]
     assert f", {missing} without data)" in result.markdown.read_text()
+
+
+def test_report_only_reports_the_finished_runs_and_starts_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="--report-only: no finished run of rusak2024 at scale tiny"):
+        reproduce("rusak2024", "tiny", runs=["aninfonce_linear"], out=out, report_only=True, echo=lambda _: None)
+    assert not out.exists()
+    reproduce("rusak2024", "tiny", runs=["aninfonce_linear"], out=out, echo=lambda _: None)
+    before = sorted(p.relative_to(out) for p in (out / "sweeps").rglob("*"))
+    lines: list[str] = []
+    result = reproduce("rusak2024", "tiny", seeds=2, runs=["aninfonce_linear", "infonce_linear"], out=out,
+                       report_only=True, echo=lines.append)
+    assert sorted(p.relative_to(out) for p in (out / "sweeps").rglob("*")) == before
+    assert len(result.results["aninfonce_linear"].runs) == 1 and not result.results["infonce_linear"].runs
+    pending = "infonce_linear seed 0, infonce_linear seed 1, aninfonce_linear seed 1"
+    assert lines[-2] == f"report only: 1 finished runs; not finished: {pending}"
+    assert f"Not finished when this report was written, so left out: {pending}." in result.markdown.read_text()
+    assert json.loads((out / "results.json").read_text())["not_finished"] == pending.split(", ")

@@ -36,10 +36,10 @@ def run(args: argparse.Namespace) -> int:
     command = "icl reproduce " + " ".join(
         shlex.quote(str(a)) for a in (args.name, "--scale", args.scale, "--seeds", args.seeds, "--workers", args.workers)
     ) + (f" --pack {args.pack}" if args.pack > 1 else "") + (f" --runs {shlex.quote(args.runs)}" if args.runs else "") + (
-        f" --out {shlex.quote(str(args.out))}" if args.out else "")
+        f" --out {shlex.quote(str(args.out))}" if args.out else "") + (" --report-only" if args.report_only else "")
     runs = None if args.runs is None else [label.strip() for label in args.runs.split(",") if label.strip()]
     result = reproduce(args.name, args.scale, seeds=args.seeds, workers=args.workers, pack=args.pack, runs=runs,
-                       out=args.out, command=command)
+                       out=args.out, report_only=args.report_only, command=command)
     failed = sum(len(r.failed) for r in result.results.values())
     return 1 if failed else 0
 
@@ -68,5 +68,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--runs", metavar="LABEL,...",
                    help="only these run labels of the experiment (default: all); claims about others get no data")
     p.add_argument("--out", help=f"output folder (default: {DEFAULT_OUT}/NAME-SCALE)")
+    p.add_argument("--report-only", action="store_true",
+                   help="start no run: write the report from the runs of OUT that have finished, listing the others")
     p.set_defaults(func=run)
     return p

@@ -171,8 +171,10 @@ def markdown(
     out: Path,
     wall_s: float,
     population: PopulationCheck | None = None,
+    pending: Sequence[str] = (),
 ) -> str:
-    """The text of results.md; ``population``: the experiment's population check, when it has one."""
+    """The text of results.md; ``population``: the experiment's population check, when it has one;
+    ``pending``: the planned runs left out because they have not finished (``--report-only``)."""
     parts = [
         f"# {experiment.title}",
         "",
@@ -197,6 +199,8 @@ def markdown(
         table(experiment, results, scale),
         "",
     ]
+    if pending:
+        parts += [f"Not finished when this report was written, so left out: {', '.join(pending)}.", ""]
     failed = [r for res in results.values() for r in res.failed]
     if failed:
         parts += [f"{len(failed)} failed run(s):", ""] + [f"- {r.path}: {r.problem}" for r in failed] + [""]

@@ -8,7 +8,8 @@ seeds of one label in one process; default one run per process), ``workers``
 at a time, and finished runs are skipped when the command is repeated. Then
 ``OUT/results.md`` (tables beside the reference numbers and the identity
 baseline, claim verdicts), ``OUT/results.json`` (the same numbers) and
-``OUT/figures/*.png`` are written. As in ``icl sweep run``, parallel runs share
+``OUT/figures/*.png`` are written. With ``--report-only`` nothing is run: the report is written
+from the runs already finished in OUT. As in ``icl sweep run``, parallel runs share
 the cores (``OMP_NUM_THREADS`` = cores // workers unless set).
 
 An experiment with a ``population`` entry is first checked without training
@@ -62,16 +63,18 @@ Planned = list[tuple[str, SweepSpec, PlannedRun]]
 """(run label, its sweep, one planned seed of it)."""
 
 
-def plan(experiment: Experiment, scale: str, seeds: int, out: Path, labels: Sequence[str] | None = None) -> Planned:
-    """Every planned run of the experiment (of the runs ``labels`` only, when given); each sweep file is
-    written to ``out/sweeps``."""
+def plan(experiment: Experiment, scale: str, seeds: int, out: Path, labels: Sequence[str] | None = None,
+         write: bool = True) -> Planned:
+    """Every planned run of the experiment (of the runs ``labels`` only, when given); with ``write`` each
+    sweep file is written to ``out/sweeps``."""
     planned = []
     for spec_run in experiment.runs:
         if labels is not None and spec_run.label not in labels:
             continue
         raw = experiment.sweep(spec_run.label, scale, seeds)
         spec = parse_sweep(raw, f"{experiment.name}/{spec_run.label}")
-        write_sweep_file(spec, out / SWEEPS)
+        if write:
+            write_sweep_file(spec, out / SWEEPS)
         planned += [(spec_run.label, spec, run) for run in plan_runs(spec, out / SWEEPS)]
     return planned
 
@@ -120,13 +123,16 @@ def reproduce(
     pack: int = 1,
     runs: Sequence[str] | None = None,
     out: str | Path | None = None,
+    report_only: bool = False,
     command: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> Reproduction:
     """Run experiment ``name`` at ``scale`` with seeds 0..seeds-1 and write results.md into ``out``.
 
     ``runs`` (labels) restricts the runs to some of the experiment's; claims about the others then
-    have no data."""
+    have no data. ``report_only`` starts nothing: results.md, results.json and the figures are written
+    from the runs of ``out`` that have finished (the others are listed as not finished), for a report
+    while runs are still going or when a label was run over fewer seeds than another."""
     if scale not in SCALES:
         raise ValueError(f"--scale {scale!r}: allowed: {', '.join(SCALES)}")
     if seeds < 1:
@@ -145,14 +151,25 @@ def reproduce(
                          f"{', '.join(labels)}")
     check_experiment(experiment, (scale,))
     out = Path(out) if out is not None else Path(DEFAULT_OUT) / f"{experiment.name}-{scale}"
+    pending: list[str] = []
+    if report_only:
+        planned = plan(experiment, scale, seeds, out, runs, write=False)
+        pending = [f"{label} seed {run.params['seed']}" for label, _, run in planned if not is_finished(run.folder)]
+        planned = [item for item in planned if is_finished(item[2].folder)]
+        if not planned:
+            raise ValueError(f"--report-only: no finished run of {experiment.name} at scale {scale} in {out / SWEEPS}; "
+                             "run without --report-only first")
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     checked = None
     if experiment.population is not None:
         checked = population.run_check(experiment, scale)
         echo(f"population check (no training): {len(checked.runs)} runs in {time.perf_counter() - started:.1f} s")
-    planned = plan(experiment, scale, seeds, out, runs)
-    run_all(planned, workers, echo, pack)
+    if report_only:
+        echo(f"report only: {len(planned)} finished runs" + (f"; not finished: {', '.join(pending)}" if pending else ""))
+    else:
+        planned = plan(experiment, scale, seeds, out, runs)
+        run_all(planned, workers, echo, pack)
     results = collect(experiment, planned)
     means = {label: res.means() for label, res in results.items()}
     verdicts = [check(c, means, scale) for c in experiment.claims if c.applies(scale)]
@@ -160,7 +177,7 @@ def reproduce(
     command = command or f"icl reproduce {experiment.name} --scale {scale} --seeds {seeds} --workers {workers} --out {out}"
     text = report.markdown(
         experiment, scale, seeds, results, verdicts, figures, command, out, time.perf_counter() - started,
-        population=checked,
+        population=checked, pending=pending,
     )
     (out / RESULTS_MD).write_text(text)
     data = {
@@ -169,6 +186,7 @@ def reproduce(
         "seeds": seeds,
         "means": means,
         "failed": {label: [str(r.path) for r in res.failed] for label, res in results.items()},
+        "not_finished": pending,
         "claims": [
             {"claim": v.claim.text, "verdict": v.state, "left": v.left, "right": v.right, "threshold": v.threshold,
              "detail": v.detail}

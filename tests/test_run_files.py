@@ -3,7 +3,11 @@
 import errno
 import json
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -163,6 +167,44 @@ def test_ctrl_c_keeps_the_checkpoint_and_says_how_to_resume(tmp_path, monkeypatc
     assert f"icl train --resume {run_dir}" in err
     monkeypatch.setattr(training, "train_step", real)
     assert main(["train", "--resume", str(run_dir), "--quiet"]) == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stop_signals_raise_keyboard_interrupt_even_where_sigint_was_ignored(sig):
+    from identifiable_cl.cli.train import stoppable
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    term = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(KeyboardInterrupt), stoppable():
+            os.kill(os.getpid(), sig)
+            time.sleep(5)  # the handler runs at the next bytecode; the sleep is interrupted
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is term
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_sigterm_ends_icl_train_as_interrupted_with_its_checkpoint(tmp_path, tiny):
+    """A scheduler's SIGTERM, sent to a process that ignores SIGINT as background jobs do: exit 130, resumable."""
+    run_dir = tmp_path / "run"
+    overrides = {**tiny, "train.steps": 10 ** 6, "train.checkpoint_every": 5, "train.eval_every": 10 ** 6}
+    argv = [sys.executable, "-m", "identifiable_cl.cli", "train", *(f"--{k}={v}" for k, v in overrides.items()),
+            "--run-dir", str(run_dir), "--quiet"]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / rundir.METRICS).exists() or len((run_dir / rundir.METRICS).read_text().splitlines()) < 2:
+            assert process.poll() is None and time.monotonic() < deadline, "the run did not get going"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "interrupted at step" in err and "the checkpoint of step" in err
+    assert f"icl train --resume {run_dir}" in err
 
 
 def test_out_that_is_a_file_is_one_line(tmp_path, capsys, tiny):

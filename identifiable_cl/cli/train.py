@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -100,7 +103,39 @@ def cmd_train_pack_file(args: argparse.Namespace) -> int:
     return 1 if any(isinstance(r, BaseException) for r in results) else 0
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Signals that end ``icl train`` as interrupted: Ctrl-C, a sweep runner's early stop (SIGINT), and the
+SIGTERM a scheduler sends before it kills or preempts a job."""
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def stoppable():
+    """While training, each of :data:`STOP_SIGNALS` raises KeyboardInterrupt, so the run ends interrupted
+    (its last checkpoint kept, exit 130, resumed by a rerun of its sweep). Installed explicitly because a
+    process may start with SIGINT ignored (background jobs of a non-interactive shell do, and their
+    children inherit it), where Python would otherwise never raise KeyboardInterrupt; the previous
+    handlers come back afterwards. Off the main thread, where handlers cannot be set, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run(args: argparse.Namespace) -> int:
+    with stoppable():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from identifiable_cl.training import Trainer
 
     overrides = parse_overrides(args.overrides)

@@ -291,6 +291,9 @@ def test_cli_reports_an_unknown_experiment(capsys):
 
 
 KNOWN_SMOKE_FAILURES = {
+    "rusak2024": {
+        "AnInfoNCE, linear Λ: distinct Λ values identify the latents up to permutation and sign (high MCC)",
+    },
     "hard_negatives": {
         "DGP-side: below κ (β = κ/2) the latents are still recovered",
         "loss-side: past κ (latent tilt 2κ) recovery degrades clearly against tilt κ/2",

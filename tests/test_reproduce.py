@@ -177,6 +177,9 @@ def test_a_claim_without_numbers_has_no_data_and_scales_limit_where_it_applies()
     assert check(_claim(right={"paper": 0.9}), {"x": {"m": 1.0}}, "smoke").state == NO_DATA
     only_paper = _claim(right=0.5, scales=["paper"])
     assert only_paper.applies("paper") and not only_paper.applies("smoke") and not only_paper.applies("tiny")
+    paper_and_smoke = _claim(right=0.5, scales=["paper", "smoke"])
+    assert paper_and_smoke.applies("tiny") and not paper_and_smoke.applies("medium")
+    assert _claim(right=0.5, scales=["medium"]).applies("medium") and _claim(right=0.5).applies("medium")
 
 
 def test_table_shows_mean_std_reference_and_identity(tmp_path):

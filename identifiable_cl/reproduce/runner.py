@@ -153,9 +153,13 @@ def reproduce(
     out = Path(out) if out is not None else Path(DEFAULT_OUT) / f"{experiment.name}-{scale}"
     pending: list[str] = []
     if report_only:
-        planned = plan(experiment, scale, seeds, out, runs, write=False)
-        pending = [f"{label} seed {run.params['seed']}" for label, _, run in planned if not is_finished(run.folder)]
-        planned = [item for item in planned if is_finished(item[2].folder)]
+        finished = []
+        for label, spec, run in plan(experiment, scale, seeds, out, runs, write=False):
+            if is_finished(run.folder):
+                finished.append((label, spec, run))
+            else:
+                pending.append(f"{label} seed {run.params['seed']}")
+        planned = finished
         if not planned:
             raise ValueError(f"--report-only: no finished run of {experiment.name} at scale {scale} in {out / SWEEPS}; "
                              "run without --report-only first")

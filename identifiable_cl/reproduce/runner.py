@@ -98,7 +98,7 @@ def run_all(planned: Planned, workers: int, echo: Callable[[str], None], pack: i
         with lock:
             for outcome in results:
                 done[0] += 1
-                echo(f"[{done[0]}/{len(todo)}] {spec.name} seed {outcome.run.params.get('seed')}: {outcome.state} "
+                echo(f"[{done[0]}/{len(todo)}] {spec.name} seed {outcome.run.params.get('seed')}: {outcome.shown} "
                      f"(exit {outcome.exit_code}, {outcome.wall_s:.1f} s)")
         return results
 

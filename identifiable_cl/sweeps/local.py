@@ -75,6 +75,12 @@ class Outcome:
     exit_code: int
     wall_s: float
 
+    @property
+    def shown(self) -> str:
+        """The state as printed: a failed run that exited :data:`INTERRUPTED_EXIT` (stopped by a signal,
+        its checkpoint kept) is ``interrupted``, as running the sweep again continues it."""
+        return "interrupted" if self.state == "failed" and self.exit_code == INTERRUPTED_EXIT else self.state
+
 
 def read_status(folder: Path) -> dict[str, Any] | None:
     return _read_json(Path(folder) / STATUS)
@@ -482,7 +488,7 @@ def run_groups(
                     done(results)
                 for outcome in results:
                     echo(
-                        f"[{len(outcomes)}/{total}] {outcome.run.run_id} {outcome.state} (exit {outcome.exit_code}, "
+                        f"[{len(outcomes)}/{total}] {outcome.run.run_id} {outcome.shown} (exit {outcome.exit_code}, "
                         f"{outcome.wall_s:.1f} s{where}) {describe(outcome.run.params)}"
                     )
 
@@ -493,18 +499,20 @@ def run_groups(
 
 
 def report(spec: SweepSpec, out: str | Path, ordered: Sequence[Outcome], echo: Callable[[str], None]) -> None:
-    """The sweep's closing lines: how many runs ended how, and where the failed ones logged."""
-    failed = [o for o in ordered if o.state == "failed"]
-    count = {state: sum(o.state == state for o in ordered) for state in ("finished", "stopped", "skipped", "busy")}
+    """The sweep's closing lines: how many runs ended how, and where the failed and interrupted ones logged."""
+    failed = [o for o in ordered if o.shown in ("failed", "interrupted")]
+    count = {state: sum(o.shown == state for o in ordered)
+             for state in ("finished", "failed", "interrupted", "stopped", "skipped", "busy")}
     echo(
-        f"sweep {spec.name}: {count['finished']} finished, {len(failed)} failed"
+        f"sweep {spec.name}: {count['finished']} finished, {count['failed']} failed"
+        + (f", {count['interrupted']} interrupted (run the sweep again to continue them)" if count["interrupted"] else "")
         + (f", {count['stopped']} stopped early (hyperband)" if count["stopped"] else "")
         + f", {count['skipped']} skipped (finished before)"
         + (f", {count['busy']} left to the live processes that own them" if count["busy"] else "")
         + f"; results in {Path(out) / spec.name}"
     )
     for o in failed:
-        echo(f"  failed: {o.run.run_id} exit {o.exit_code}, log {o.run.folder / LOG}")
+        echo(f"  {o.shown}: {o.run.run_id} exit {o.exit_code}, log {o.run.folder / LOG}")
 
 
 def run_sweep(

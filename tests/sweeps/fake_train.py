@@ -4,7 +4,8 @@
 (the overrides, nested), ``DIR/summary.json`` with ``r2_linear = 0.9 + 0.01·seed``
 and ``mcc_pearson = loss.tau + 0.1·seed``, and ``DIR/env.json`` (its arguments,
 the W&B and CUDA variables it saw, start and end times). It sleeps
-``FAKE_SLEEP`` seconds first and fails with exit code 3 when ``seed`` is 13. With ``FAKE_EVALS=k``
+``FAKE_SLEEP`` seconds first and fails with exit code 3 when ``seed`` is 13, and with 130 (as an
+``icl train`` stopped by a signal) when ``seed`` is 130. With ``FAKE_EVALS=k``
 it first appends k records ``{"step": i, "mcc_pearson": loss.tau + 0.001·i}`` to
 ``DIR/metrics.jsonl``, one every ``FAKE_EVAL_S`` seconds (SIGINT then ends it with Python's
 KeyboardInterrupt, exit code 1).
@@ -38,6 +39,9 @@ def main(argv: list[str]) -> int:
     if params.get("seed") == 13:
         print("deliberate failure for seed 13", file=sys.stderr)
         return 3
+    if params.get("seed") == 130:
+        print("stopped by a signal for seed 130", file=sys.stderr)
+        return 130
     run_dir.mkdir(parents=True)
     for step in range(1, int(os.environ.get("FAKE_EVALS", "0")) + 1):  # an evaluation every FAKE_EVAL_S seconds
         with open(run_dir / "metrics.jsonl", "a") as f:

@@ -214,3 +214,20 @@ def test_run_names_from_swept_parameters_and_seed(tmp_path):
     names = [run_environment(spec, run, None, {})["WANDB_NAME"] for run in plan_runs(spec, tmp_path / "out")]
     assert sorted(names) == sorted(["encoder.widths=[32,32] optim.lr=0.001", "encoder.widths=[32,32] optim.lr=0.3333",
                                     "encoder.widths=[64] optim.lr=0.001", "encoder.widths=[64] optim.lr=0.3333"])
+
+
+def test_a_run_stopped_by_a_signal_is_reported_as_interrupted_not_failed(tmp_path):
+    out = tmp_path / "out"
+    spec = load_sweep(write_sweep(tmp_path / "fake.yaml", seeds=(0, 13, 130)))
+    lines = []
+    outcomes = run_sweep(spec, out, echo=lines.append)
+    assert [(o.state, o.exit_code, o.shown) for o in outcomes[:3]] == [
+        ("finished", 0, "finished"), ("failed", 3, "failed"), ("failed", 130, "interrupted")]
+    assert read_status(outcomes[2].run.folder)["state"] == "failed"  # the record keeps the process's end
+    progress = [line for line in lines if line.startswith("[")]
+    assert " interrupted (exit 130" in progress[2] and " failed (exit 3" in progress[1]
+    assert any("2 finished, 2 failed, 2 interrupted (run the sweep again to continue them)" in line for line in lines)
+    assert any(line.startswith("  interrupted: ") and "exit 130" in line for line in lines)
+    rows = json.loads(results([out], fmt="json"))
+    problems = [r["problem"] for row in rows for r in row["failed_runs"]]
+    assert sorted(p.split(",")[0].split(" (")[0] for p in problems) == ["exit 3"] * 2 + ["interrupted"] * 2

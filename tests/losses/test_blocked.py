@@ -138,6 +138,21 @@ def test_native_equals_eager_in_float32(kind, negatives):
     assert_same(got, want, 2e-5)
 
 
+@pytest.mark.skipif(not native.available(), reason="no C compiler for the native kernels")
+def test_native_kernels_flush_subnormals_only_inside_the_call():
+    """Widely spread logits (dot products / 0.1) floor most exponentials, whose products with the row
+    weights are subnormal: the kernels flush them (no slow path) and leave the caller's mode as it was."""
+    loss = InfoNCE(dim=10, similarity="dot", tau=0.1)
+    xs = [x * 3 for x in inputs(300, 10, seed=13, dtype=torch.float32)[:2]]
+    with blocked.use_kernels("eager"):
+        want = value_and_grads(lambda: loss(*xs), xs)
+    with blocked.use_kernels("native"):
+        got = value_and_grads(lambda: loss(*xs), xs)
+    assert_same(got, want, 2e-5)
+    tiny = torch.finfo(torch.float32).tiny
+    assert (torch.tensor(tiny) * torch.tensor(0.25)).item() == pytest.approx(tiny / 4)  # still subnormal
+
+
 def test_batch_of_one_and_two():
     shared = InfoNCE(dim=3, similarity="l1", negatives="independent")
     h, hp, hn = inputs(1, 3, seed=7, shared=1)

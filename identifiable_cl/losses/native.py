@@ -6,8 +6,9 @@ of ``identifiable_cl.losses.blocked`` compute with torch operations, each in one
 memory). Exponentials use glibc's vector ``exp`` (libmvec) where the CPU has AVX2 or AVX-512, else
 the C library's ``exp``. On x86 subnormal values are flushed to zero inside the kernels (see
 ``pairwise.c``): products of the smallest kept exponentials with the row weights fall below the
-normal range, and some CPUs slow down several-fold on them. Rows are split among OpenMP threads; the library is loaded after torch and
-so shares torch's OpenMP runtime and its ``torch.get_num_threads()`` threads.
+normal range, and some CPUs slow down several-fold on them. Rows are split among OpenMP threads;
+the library is loaded after torch and so shares torch's OpenMP runtime and its
+``torch.get_num_threads()`` threads.
 
 The shared library is built once per source, compiler and CPU (``-O3 -march=native``, no
 floating-point contraction, so the Lp similarities are bit for bit those of the eager kernels)

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 
 from identifiable_cl.config import flat_keys, read_yaml_mapping
 from identifiable_cl.rundir import CONFIG, DGP, STOPPED, SUMMARY, is_run_dir, read_json
-from identifiable_cl.sweeps.local import INTERRUPTED_EXIT, LOG, PARAMS, RUN, STATUS, read_params, read_status
+from identifiable_cl.sweeps.local import LOG, PARAMS, RUN, STATUS, read_params, read_status, stopped_by_signal
 
 DEFAULT_METRICS = (
     "r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "mcc_block_aware", "mcc_block_aware_random_rotation",
@@ -130,7 +130,7 @@ def sweep_run(folder: Path) -> Run:
         problem = f"stopped early by {status.get('stopped_by', 'the sweep')}, log {folder / LOG}"
     elif code is None:
         problem = f"{status.get('state', 'not started')} (no exit code), log {folder / LOG}"
-    elif code == INTERRUPTED_EXIT:
+    elif stopped_by_signal(status.get("state"), code):
         problem = f"interrupted (exit {code}; running the sweep again continues it), log {folder / LOG}"
     elif code != 0:
         problem = f"exit {code}{stopped}, log {folder / LOG}"

@@ -77,9 +77,9 @@ class Outcome:
 
     @property
     def shown(self) -> str:
-        """The state as printed: a failed run that exited :data:`INTERRUPTED_EXIT` (stopped by a signal,
-        its checkpoint kept) is ``interrupted``, as running the sweep again continues it."""
-        return "interrupted" if self.state == "failed" and self.exit_code == INTERRUPTED_EXIT else self.state
+        """The state as printed: a run :func:`stopped_by_signal` is ``interrupted``, as running the sweep
+        again continues it."""
+        return "interrupted" if stopped_by_signal(self.state, self.exit_code) else self.state
 
 
 def read_status(folder: Path) -> dict[str, Any] | None:
@@ -194,6 +194,11 @@ INTERRUPTED_EXIT = 130
 """The exit code of an ``icl train`` stopped by Ctrl-C (SIGINT), which keeps its checkpoint."""
 
 
+def stopped_by_signal(state: str | None, exit_code: int | None) -> bool:
+    """A run recorded as failed with :data:`INTERRUPTED_EXIT`: stopped by a signal, its checkpoint kept."""
+    return state == "failed" and exit_code == INTERRUPTED_EXIT
+
+
 def resumable_step(spec: SweepSpec, run: PlannedRun) -> int | None:
     """The checkpoint step an interrupted run can continue from (see the module docstring), or None.
 
@@ -201,8 +206,7 @@ def resumable_step(spec: SweepSpec, run: PlannedRun) -> int | None:
     from identifiable_cl.arguments import after_train
 
     status = read_status(run.folder) or {}
-    interrupted = status.get("state") == "running" or (status.get("state") == "failed"
-                                                         and status.get("exit_code") == INTERRUPTED_EXIT)
+    interrupted = status.get("state") == "running" or stopped_by_signal(status.get("state"), status.get("exit_code"))
     checkpoint = run.folder / RUN / "checkpoint.pt"
     if not interrupted or not checkpoint.is_file() or after_train(status.get("command") or []) is None:
         return None

@@ -20,7 +20,7 @@
  * On x86 the kernels run with subnormal results flushed to zero and subnormal inputs read as zero
  * (MXCSR's FTZ and DAZ bits, set per thread for the call and restored after it). Logits floored
  * near the bottom of the normal range give exponentials whose products with the row weights fall
- * below it, and many CPUs take a slow microcode path for every such product (measured 4-15x slower
+ * below it, and some CPUs take a slow microcode path for every such product (measured 7-15x slower
  * kernels on an Intel Xeon with AVX-512); the flushed values are below 1.2e-38 (float32) or
  * 2.2e-308 (float64), far below the rounding of the sums they enter.
  */

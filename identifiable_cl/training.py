@@ -91,6 +91,7 @@ def evaluation(c: Components, final: bool) -> dict[str, Any]:
         generator,
         n_fit=e["final_n_fit"] if final else e["n_fit"],
         n_test=e["final_n_test"] if final else e["n_test"],
+        n_centres=e["final_n_centres"] if final else e["n_centres"],
         nonlinear=e["nonlinear"],
         in_sample=e["in_sample"],
         rotation_reference=final,
@@ -260,7 +261,7 @@ class Trainer:
             generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.identity"))
             base = identity_baseline(
                 self.c.process, generator, n_fit=e["final_n_fit"], n_test=e["final_n_test"],
-                nonlinear=e["nonlinear"], in_sample=e["in_sample"], rotation_reference=False,
+                n_centres=e["final_n_centres"], nonlinear=e["nonlinear"], in_sample=e["in_sample"], rotation_reference=False,
             )
             if e["in_sample_n"] is not None:
                 generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.identity.in_sample"))

@@ -19,7 +19,7 @@
   (``identifiable_cl.packing``) against the same K runs stepped one after the
   other, on the default config and on R24's setting (reference encoder, batch
   1000): aggregate run-steps/s of both and their ratio.
-All ratios are measured side by side in one process.
+All ratios are measured side by side in one process, the calls they compare taken in turn.
 """
 
 from __future__ import annotations
@@ -64,20 +64,31 @@ TRAINING_CASES: list[tuple[str, str | None, dict[str, str], tuple[int, ...] | No
 batch sizes (None: those given to :func:`bench_training`) of each training case."""
 
 
+def _clock() -> float:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def interleaved(fns: Iterable[Callable[[], Any]], reps: int, warmup: int = 2) -> list[float]:
+    """Median wall time (s) of each function, called in turn ``reps`` times after ``warmup`` rounds
+    (CUDA synchronised), so that a change of the machine's load falls on all of them alike."""
+    fns = list(fns)
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, own in zip(fns, times):
+            t0 = _clock()
+            fn()
+            own.append(_clock() - t0)
+    return [statistics.median(own) for own in times]
+
+
 def timed(fn: Callable[[], Any], reps: int, warmup: int = 2) -> float:
     """Median wall time of ``fn`` in seconds (CUDA synchronised)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return interleaved([fn], reps, warmup)[0]
 
 
 def encoder_step_time(dim: int, rows: int, device: torch.device, reps: int) -> float:
@@ -125,7 +136,6 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, print
         for batch in own_batches or batches:
             config = load_config(preset, {**overrides, "train.batch_size": batch, "dgp.mixing.cond_draws": 2500})
             c = build(config)
-            full = timed(lambda: train_step(c), steps)
             x = c.process.sample(batch, c.batches)
             rows_in = torch.cat([x.x, x.x_pos])
 
@@ -134,7 +144,7 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, print
                 c.encoder(rows_in).sum().backward()
                 c.optimizer.step()
 
-            core = timed(pure, steps)
+            full, core = interleaved([lambda: train_step(c), pure], steps)
             share = max(0.0, 1 - core / full)
             rows.append({"case": label, "batch": batch, "steps_per_s": 1 / full, "step_ms": full * 1e3,
                          "encoder_ms": core * 1e3, "overhead": share, "ratio": full / core})
@@ -252,18 +262,18 @@ def bench_loss(batches: Iterable[int] = (1024, 6144), reps: int = 3, memory: boo
     return rows
 
 
-def bench_precision(batch: int = 1000, steps: int = 5, print_fn: Callable[[str], None] = print) -> dict[str, Any]:
+def bench_precision(batch: int = 1000, steps: int = 10, print_fn: Callable[[str], None] = print) -> dict[str, Any]:
     """Training step of the reference encoder (R24's sphere setting) in fp32 and bf16."""
     from identifiable_cl.config import load_config
     from identifiable_cl.components import build
     from identifiable_cl.training import train_step
 
-    out: dict[str, Any] = {}
-    for precision in ("fp32", "bf16"):
-        config = load_config("sphere", {"train.batch_size": batch, "train.precision": precision,
-                                        "dgp.mixing.cond_draws": 2500})
-        c = build(config)
-        out[precision] = timed(lambda: train_step(c), steps, warmup=1)
+    precisions = ("fp32", "bf16")
+    cs = [build(load_config("sphere", {"train.batch_size": batch, "train.precision": p, "dgp.mixing.cond_draws": 2500}))
+          for p in precisions]
+    # warm-up: the first bf16 steps also create the CPU's bf16 matrix-product kernels
+    times = interleaved([lambda c=c: train_step(c) for c in cs], steps, warmup=3)
+    out: dict[str, Any] = dict(zip(precisions, times))
     ratio = out["fp32"] / out["bf16"]
     print_fn(f"\nprecision, reference encoder, batch {batch}: fp32 {out['fp32'] * 1e3:.1f} ms, "
              f"bf16 {out['bf16'] * 1e3:.1f} ms per step: bf16 speed-up {ratio:.2f}x")
@@ -284,8 +294,8 @@ def bench_packing(sizes: Iterable[int] = (1, 2, 4, 8), steps: int = 5,
         for k in sizes:
             cs = [build(load_config(preset, {**overrides, "seed": seed, "dgp.mixing.cond_draws": 2500}))
                   for seed in range(k)]
-            sequential = timed(lambda: [train_step(c) for c in cs], steps, warmup=1)
-            packed = timed(lambda: packed_step(cs), steps, warmup=1)
+            sequential, packed = interleaved([lambda: [train_step(c) for c in cs], lambda: packed_step(cs)],
+                                             steps, warmup=1)
             row = {"case": label, "k": k, "sequential": k / sequential, "packed": k / packed, "ratio": sequential / packed}
             rows.append(row)
             print_fn(f"{label:<32}{k:>3}{row['sequential']:>12.2f}{row['packed']:>10.2f}{row['ratio']:>7.2f}x")
@@ -310,7 +320,7 @@ def run_bench(quick: bool = False, sections: Iterable[str] | None = None, print_
     if "training" in sections:
         out["training"] = bench_training(batches=(1024,) if quick else (1024, 6144), steps=3 if quick else 10, print_fn=print_fn)
     if "precision" in sections:
-        out["precision"] = bench_precision(steps=2 if quick else 5, print_fn=print_fn)
+        out["precision"] = bench_precision(steps=2 if quick else 10, print_fn=print_fn)
     if "packing" in sections:
         out["packing"] = bench_packing(sizes=(1, 2) if quick else (1, 2, 4, 8), steps=2 if quick else 5, print_fn=print_fn)
     return out

@@ -53,6 +53,7 @@ def metrics(
     in_sample: bool = False,
     generator: torch.Generator | None = None,
     rotation_reference: bool = True,
+    n_centres: int = 1000,
 ) -> Metrics:
     """Every metric of a representation as a flat dict of floats and lists.
 
@@ -63,7 +64,8 @@ def metrics(
     matching as a list of [latent dim, representation dim], the input of ``lambda_recovery``),
     ``mcc_spearman``, ``mcc_spearman_per_dim``, ``r2_linear_<block>`` and ``r2_nonlinear_<block>`` for every block, ``mcc_block_aware``,
     ``mcc_block_aware_per_dim`` and (with ``rotation_reference``) ``mcc_block_aware_random_rotation``
-    when ``lambda_groups`` is given, ``effective_rank`` and ``singular_values``.
+    when ``lambda_groups`` is given, ``effective_rank`` and ``singular_values``. ``n_centres``: the
+    Nyström centres of ``nonlinear_r2``.
 
     ``mcc_block_aware_random_rotation`` is the chance level of ``mcc_block_aware``: its mean over
     Haar-random rotations h = z R of the scoring latents (``random_rotation_reference``), drawn
@@ -79,7 +81,8 @@ def metrics(
     for name, part in split_by_block(linear, named).items():
         out[f"r2_linear_{name}"] = part.mean
     if nonlinear:
-        kernel = nonlinear_r2(z_fit, h_fit, z_test, h_test, in_sample=in_sample, generator=generator)
+        kernel = nonlinear_r2(z_fit, h_fit, z_test, h_test, in_sample=in_sample, generator=generator,
+                              n_centres=n_centres)
         out["r2_nonlinear"] = kernel.mean
         out["r2_nonlinear_per_dim"] = kernel.per_dim
         for name, part in split_by_block(kernel, named).items():
@@ -138,6 +141,7 @@ def evaluate(
     in_sample: bool = False,
     batch_size: int = 8192,
     rotation_reference: bool = True,
+    n_centres: int = 1000,
 ) -> Metrics:
     """Metrics of the encoder ``encode`` (x (B, dim) -> h (B, d)) on fresh samples of ``process``.
 
@@ -150,6 +154,7 @@ def evaluate(
     """
     n_fit = checks.integer("eval.n_fit", n_fit, minimum=2)
     n_test = checks.integer("eval.n_test", n_test, minimum=2)
+    n_centres = checks.integer("eval.n_centres", n_centres, minimum=1)
     batch_size = checks.integer("batch_size", batch_size, minimum=1)
     in_sample = checks.boolean("eval.in_sample", in_sample)
     z_fit, h_fit = _draw(encode, process, generator, n_fit, batch_size)
@@ -165,6 +170,7 @@ def evaluate(
         in_sample=in_sample,
         generator=generator,
         rotation_reference=rotation_reference,
+        n_centres=n_centres,
     )
 
 

@@ -183,3 +183,19 @@ def test_reference_generator_copies_a_generator_on_any_device(device):
     assert first.device.type == "cpu" and first.initial_seed() == second.initial_seed()
     torch.rand(1, generator=g, device=device)
     assert reference_generator(g).initial_seed() != first.initial_seed()  # seeded by the generator's state
+
+
+def test_metrics_fits_nonlinear_r2_on_the_given_number_of_centres(gaussian):
+    from identifiable_cl.evaluation.regression import nonlinear_r2
+
+    z = gaussian(600, 3, 0)
+    h = torch.tanh(z @ gaussian(3, 3, 1))
+    fit, test = (z[:400], h[:400]), (z[400:], h[400:])
+    for m in (20, 120):
+        got = metrics(*fit, *test, n_centres=m, generator=torch.Generator().manual_seed(5))
+        want = nonlinear_r2(*fit, *test, n_centres=m, generator=torch.Generator().manual_seed(5))
+        assert got["r2_nonlinear_per_dim"] == want.per_dim
+    few = metrics(*fit, *test, n_centres=20, generator=torch.Generator().manual_seed(5))
+    many = metrics(*fit, *test, n_centres=120, generator=torch.Generator().manual_seed(5))
+    assert few["r2_nonlinear"] != many["r2_nonlinear"]
+    assert few["r2_linear"] == many["r2_linear"]  # only the kernel regression depends on the centres

@@ -35,7 +35,8 @@ def losses(run_dir):
 def test_four_packed_runs_equal_four_separate_runs_in_float64(tmp_path, extra):
     cfgs = configs(extra)
     alone = [Trainer.create(c, tmp_path / f"alone{i}", progress=False).run() for i, c in enumerate(cfgs)]
-    packed = run_packed([Trainer.create(c, tmp_path / f"packed{i}", progress=False) for i, c in enumerate(cfgs)])
+    packed = run_packed([Trainer.create(c, tmp_path / f"packed{i}", progress=False) for i, c in enumerate(cfgs)],
+                        batched=True)
     for i, (a, p) in enumerate(zip(alone, packed)):
         want, got = losses(tmp_path / f"alone{i}"), losses(tmp_path / f"packed{i}")
         assert len(got) == len(want) == 40
@@ -52,9 +53,18 @@ def test_float32_first_steps_agree(tmp_path):
     cfgs = [tiny_config(**{"train.steps": 20, "train.log_every": 1, "optim.lr": 1e-4, "seed": s}) for s in (0, 1)]
     for i, c in enumerate(cfgs):
         Trainer.create(c, tmp_path / f"alone{i}", progress=False).run()
-    run_packed([Trainer.create(c, tmp_path / f"packed{i}", progress=False) for i, c in enumerate(cfgs)])
+    run_packed([Trainer.create(c, tmp_path / f"packed{i}", progress=False) for i, c in enumerate(cfgs)], batched=True)
     for i in range(2):
         assert losses(tmp_path / f"packed{i}") == pytest.approx(losses(tmp_path / f"alone{i}"), rel=1e-4)
+
+
+def test_on_a_cpu_packed_runs_step_in_turn_exactly_as_alone(tmp_path):
+    cfgs = [tiny_config(**{"train.steps": 30, "train.log_every": 1, "optim.lr": 1e-3, "seed": s}) for s in (0, 1, 2)]
+    alone = [Trainer.create(c, tmp_path / f"alone{i}", progress=False).run() for i, c in enumerate(cfgs)]
+    packed = run_packed([Trainer.create(c, tmp_path / f"packed{i}", progress=False) for i, c in enumerate(cfgs)])
+    for i, (a, p) in enumerate(zip(alone, packed)):
+        assert losses(tmp_path / f"packed{i}") == losses(tmp_path / f"alone{i}")  # float32, bit for bit
+        assert p["r2_linear"] == a["r2_linear"] and p["mcc_pearson"] == a["mcc_pearson"]
 
 
 def test_packed_run_resumes_alone(tmp_path):

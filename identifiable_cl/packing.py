@@ -10,8 +10,9 @@ over their parameters stacked (K, ...) (batched matrix products); each run's los
 own encodings and the K losses are summed, so every run's parameters receive exactly their own
 gradient; each run's optimizer then steps. On a CPU the runs take their own steps in turn instead
 (the default there): the encoders' matrix products already keep the cores busy, and the batched
-pass measured 0.83-0.98x the aggregate steps/s of the runs one after the other on a 2-core
-AMD EPYC with AVX-512 (``icl bench --only packing``), so what a pack shares on a CPU is the
+pass measured 0.81-1.04x the aggregate steps/s of the runs one after the other for the default
+config and 0.83-0.94x for the reference encoder (K = 1-8, a 2-core AMD EPYC with AVX-512,
+``icl bench --only packing``), so what a pack shares on a CPU is the
 process, its start-up and W&B's service; each run then follows its stand-alone trajectory exactly. Evaluation, checkpoints, logs and the run directory are
 those of :class:`identifiable_cl.training.Trainer`, one per run, so a packed run's directory
 is the one it would write alone (its ``wall_s`` is the pack's wall time) and it resumes alone.

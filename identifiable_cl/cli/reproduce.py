@@ -64,7 +64,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per configuration (default: 1)")
     p.add_argument("--workers", type=int, default=1, help="runs in parallel (default: 1)")
     p.add_argument("--pack", type=int, default=1, metavar="K",
-                   help="train up to K seeds of a run in one process, one batched computation (default: 1)")
+                   help="train up to K seeds of a run in one process, as `icl sweep run --pack` (default: 1)")
     p.add_argument("--runs", metavar="LABEL,...",
                    help="only these run labels of the experiment (default: all); claims about others get no data")
     p.add_argument("--out", help=f"output folder (default: {DEFAULT_OUT}/NAME-SCALE)")

@@ -167,7 +167,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a saved run from its last checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--pack-seeds", metavar="SEEDS",
-                   help="train one run per seed (e.g. 0-7, or 1,3,5) in one process, as one batched computation")
+                   help="train one run per seed (e.g. 0-7, or 1,3,5) in one process (batched on a GPU, in turn on a CPU)")
     p.add_argument("--pack-file", metavar="FILE", help=argparse.SUPPRESS)
 
 

@@ -26,8 +26,8 @@ that checkpoint for the same parameters (``status.json`` then has ``resumed_from
 other run is started afresh. A failing run is recorded and the others go on. With ``devices``, worker slot i runs its jobs with
 ``CUDA_VISIBLE_DEVICES=devices[i % len(devices)]``.
 
-With ``pack`` K > 1, up to K runs whose configs can share one batched encoder
-pass (:func:`identifiable_cl.packing.pack_key`) train in one ``icl train
+With ``pack`` K > 1, up to K runs whose tensors have the same shapes
+(:func:`identifiable_cl.packing.pack_key`) train in one ``icl train
 --pack-file`` process (``pack.json`` in the first run's folder lists them); each
 keeps its folder, ``params.yaml``, W&B run id and its own ``status.json`` with
 its own exit code, and ``stdout.log`` holds the pack's output. Packing needs the

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 import dgp
 from dgp.checks import canonical, fail
 from dgp.seeding import stream_seed
-from identifiable_cl import rundir
+from identifiable_cl import linear, rundir
 from identifiable_cl.config import merge_layer, validate
 from identifiable_cl.encoders import ENCODERS
 from identifiable_cl.losses import LOSSES
@@ -145,6 +145,7 @@ def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Comp
     process = process.to(device)
     encoder, loss = models(config, process)
     encoder = encoder.to(device=device, dtype=process.dtype)
+    linear.use_backend(encoder, config["train"]["matmul"])
     loss = loss.to(device=device, dtype=process.dtype)
     groups = [{"params": list(encoder.parameters()), "lr": config["optim"]["lr"], "name": "encoder"}]
     for i, group in enumerate(loss.param_groups() if hasattr(loss, "param_groups") else [{"params": list(loss.parameters())}]):

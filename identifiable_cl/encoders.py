@@ -16,6 +16,7 @@ from torch.nn import functional as F
 
 from dgp import checks
 from dgp.registry import Registry
+from identifiable_cl.linear import Linear
 
 ENCODERS = Registry("encoders")
 """Encoders by name."""
@@ -67,7 +68,8 @@ class MLPEncoder(nn.Module):
 
     Hidden widths default to the reference ``[10n, 50n, 50n, 50n, 50n, 10n]``
     (n = latent dim; ≈0.85 M parameters for n = 10) with LeakyReLU(0.01) after
-    each hidden layer and a linear output layer, then ``normalize``.
+    each hidden layer and a linear output layer, then ``normalize``. The layers are
+    :class:`identifiable_cl.linear.Linear` (``train.matmul`` chooses how their float32 products run).
     """
 
     def __init__(
@@ -92,9 +94,9 @@ class MLPEncoder(nn.Module):
         layers: list[nn.Module] = []
         previous = input_dim
         for width in widths:
-            layers += [nn.Linear(previous, width), ACTIVATIONS[activation](slope)]
+            layers += [Linear(previous, width), ACTIVATIONS[activation](slope)]
             previous = width
-        layers.append(nn.Linear(previous, self.output_dim))
+        layers.append(Linear(previous, self.output_dim))
         self.net = nn.Sequential(*layers)
         self.normalization = OutputNormalization(normalize)
 

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from identifiable_cl.components import Components, observations, split_encodings
+from identifiable_cl.linear import blas_only
 from identifiable_cl.training import NonFiniteLoss, Trainer, clip_and_step, precision, train_step
 
 
@@ -87,7 +88,7 @@ def packed_step(cs: Sequence[Components], batched: bool | None = None) -> list[T
     def encode(p: dict[str, Tensor], b: dict[str, Tensor], rows: Tensor) -> Tensor:
         return functional_call(base, (p, b), (rows,))
 
-    with precision(cs[0]):
+    with precision(cs[0]), blas_only():
         h_all = vmap(encode)(params, buffers, x)
     h_all = h_all.to(cs[0].process.dtype)
     losses = [c.loss(*split_encodings(h, batch)) for c, batch, h in zip(cs, batches, h_all)]

@@ -203,13 +203,15 @@ def git_revision() -> str | None:
         return None
 
 
-def meta(device: torch.device) -> dict[str, Any]:
+def meta(device: torch.device, matmul: str | None = None) -> dict[str, Any]:
+    """Where and how the run was made; ``matmul``: the backend ``train.matmul`` resolved to."""
     return {
         "version": identifiable_cl.__version__,
         "git_revision": git_revision(),
         "command": sys.argv,
         "device": str(device),
         "torch": torch.__version__,
+        "matmul": matmul,
         "python": platform.python_version(),
         "host": socket.gethostname(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from dgp.seeding import stream_seed
-from identifiable_cl import __version__, rundir
+from identifiable_cl import __version__, linear, rundir
 from identifiable_cl.components import Components, build, checkpoint_state, load_run, observations, split_encodings
 from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recovery, linear_readout
 from identifiable_cl.tracking import Tracker, open_tracker
@@ -191,7 +191,7 @@ class Trainer:
             raise ValueError(f"run directory {str(run_dir)!r} exists and is not empty; use --resume to continue it")
         run_dir.mkdir(parents=True, exist_ok=True)
         rundir.write_config(run_dir, c.config)
-        rundir.write_json(run_dir / rundir.META, rundir.meta(c.device))
+        rundir.write_json(run_dir / rundir.META, rundir.meta(c.device, linear.resolve(c.config["train"]["matmul"])))
         rundir.save_torch(run_dir / rundir.DGP, c.process.to_dict())
         return cls(c, run_dir, progress=progress)
 

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from identifiable_cl import linear
 from identifiable_cl.benchmarks import sections as bench
 from identifiable_cl.losses import InfoNCE
 
@@ -27,6 +28,8 @@ def test_loss_and_precision_sections_report():
     assert any("naive/best" in line for line in lines)
     out = bench.bench_precision(batch=16, steps=1, print_fn=lines.append)
     assert out["fp32"] > 0 and out["bf16"] > 0 and "bf16" in lines[-1]
+    if linear._operator() is not None:
+        assert out["fp32_onednn"] > 0 and "fp32 through oneDNN" in lines[-1]
 
 
 def test_packing_section_reports(monkeypatch):
@@ -34,7 +37,8 @@ def test_packing_section_reports(monkeypatch):
     lines: list[str] = []
     rows = bench.bench_packing(sizes=(1, 2), steps=1, print_fn=lines.append)
     assert [r["k"] for r in rows] == [1, 2] and all(r["ratio"] > 0 for r in rows)
-    assert lines[-1].startswith("tiny")
+    assert lines[-2].startswith("tiny")
+    assert lines[-1] == "packs on this device take each run's own step in turn unless told (identifiable_cl.packing)"
 
 
 def test_peak_memory_probe_measures_a_fresh_process():

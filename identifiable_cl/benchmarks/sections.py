@@ -14,7 +14,8 @@
   share of step time spent outside the encoder's own forward + backward +
   optimizer step (sampling, mixing, loss, bookkeeping); target under 15 %.
 - precision: the reference encoder's training step at batch 1000 under
-  ``train.precision`` bf16 against fp32.
+  ``train.precision`` bf16 against fp32 (torch's BLAS), and fp32 through oneDNN
+  (``train.matmul``).
 - packing: K = 1, 2, 4, 8 runs (seeds 0..K-1) stepped as one batched pack
   (``identifiable_cl.packing``) against the same K runs stepped one after the
   other, on the default config and on R24's setting (reference encoder, batch
@@ -91,6 +92,12 @@ def timed(fn: Callable[[], Any], reps: int, warmup: int = 2) -> float:
     return interleaved([fn], reps, warmup)[0]
 
 
+def _matmul() -> str:
+    from identifiable_cl.linear import resolve
+
+    return f"encoder's float32 CPU products: {resolve('auto')}"
+
+
 def encoder_step_time(dim: int, rows: int, device: torch.device, reps: int) -> float:
     """One forward+backward of the reference encoder on ``rows`` observations."""
     encoder = ENCODERS.build({"name": "mlp"}, key="encoder", input_dim=dim, latent_dim=dim).to(device)
@@ -128,7 +135,7 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, print
     from identifiable_cl.training import train_step
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    print_fn(f"\ntraining steps at n = 10 on {device} (median of {steps} steps); encoder = its own "
+    print_fn(f"\ntraining steps at n = 10 on {device} (median of {steps} steps, {_matmul()}); encoder = its own "
              "forward+backward+Adam step on the same rows")
     print_fn(f"{'setting':<30}{'batch':>7}{'steps/s':>9}{'step ms':>9}{'encoder ms':>12}{'overhead':>10}{'step/encoder':>14}")
     rows = []
@@ -233,7 +240,8 @@ def bench_loss(batches: Iterable[int] = (1024, 6144), reps: int = 3, memory: boo
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     impls = (["native"] if device.type == "cpu" and native.available() else []) + ["eager", "naive"]
-    print_fn(f"\nloss forward+backward, symmetric InfoNCE, n = 10, on {device}: ms, and % of the encoder's fwd+bwd on 2B rows")
+    print_fn(f"\nloss forward+backward, symmetric InfoNCE, n = 10, on {device}: ms, and % of the encoder's fwd+bwd on 2B rows "
+             f"({_matmul()})")
     print_fn(f"{'similarity':<11}{'batch':>6}{'encoder':>9}" + "".join(f"{i:>18}" for i in impls) + f"{'naive/best':>12}"
              + (f"{'peak MiB':>10}" if memory else ""))
     rows = []
@@ -263,21 +271,30 @@ def bench_loss(batches: Iterable[int] = (1024, 6144), reps: int = 3, memory: boo
 
 
 def bench_precision(batch: int = 1000, steps: int = 10, print_fn: Callable[[str], None] = print) -> dict[str, Any]:
-    """Training step of the reference encoder (R24's sphere setting) in fp32 and bf16."""
+    """Training step of the reference encoder (R24's sphere setting) in fp32 with torch's BLAS, in fp32
+    with oneDNN's products (where torch has them, see ``identifiable_cl.linear``) and in bf16."""
+    from identifiable_cl import linear
     from identifiable_cl.config import load_config
     from identifiable_cl.components import build
     from identifiable_cl.training import train_step
 
-    precisions = ("fp32", "bf16")
-    cs = [build(load_config("sphere", {"train.batch_size": batch, "train.precision": p, "dgp.mixing.cond_draws": 2500}))
-          for p in precisions]
+    cases = {"fp32": {"train.matmul": "blas"}, "bf16": {"train.precision": "bf16"}}
+    if linear._operator() is not None:
+        cases["fp32_onednn"] = {"train.matmul": "onednn"}
+    cs = [build(load_config("sphere", {"train.batch_size": batch, "dgp.mixing.cond_draws": 2500, **o}))
+          for o in cases.values()]
     # warm-up: the first bf16 steps also create the CPU's bf16 matrix-product kernels
     times = interleaved([lambda c=c: train_step(c) for c in cs], steps, warmup=3)
-    out: dict[str, Any] = dict(zip(precisions, times))
-    ratio = out["fp32"] / out["bf16"]
-    print_fn(f"\nprecision, reference encoder, batch {batch}: fp32 {out['fp32'] * 1e3:.1f} ms, "
-             f"bf16 {out['bf16'] * 1e3:.1f} ms per step: bf16 speed-up {ratio:.2f}x")
-    return {**out, "speedup": ratio}
+    out: dict[str, Any] = dict(zip(cases, times))
+    out["speedup"] = out["fp32"] / out["bf16"]
+    line = (f"\nprecision, reference encoder, batch {batch}: fp32 {out['fp32'] * 1e3:.1f} ms, bf16 "
+            f"{out['bf16'] * 1e3:.1f} ms per step: bf16 speed-up {out['speedup']:.2f}x")
+    if "fp32_onednn" in out:
+        out["onednn_speedup"] = out["fp32"] / out["fp32_onednn"]
+        line += (f"; fp32 through oneDNN {out['fp32_onednn'] * 1e3:.1f} ms, {out['onednn_speedup']:.2f}x "
+                 f"(train.matmul=auto picks {linear.resolve('auto')} here)")
+    print_fn(line)
+    return out
 
 
 def bench_packing(sizes: Iterable[int] = (1, 2, 4, 8), steps: int = 5,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -133,9 +134,9 @@ def forward(
     """``block_forward`` on CPU: (sim (b, N) or None, E (M, b, N), top (b, M), sums (b, M)).
 
     ``a`` (b, d) and ``cT`` (d, N) contiguous; ``excluded``: (b, 2) int64 columns left out per
-    row (-1 = none), or None. ``workspace``: E and sim are written into its buffers of the
-    same shape when present (and the buffers are put there otherwise), so that the blocks of
-    one loss evaluation reuse their memory instead of faulting in fresh pages each time.
+    row (-1 = none), or None. ``workspace``: E and sim are written into the start of its
+    buffers when they are large enough (and larger buffers are put there otherwise), so that
+    blocks and loss evaluations reuse their memory instead of faulting in fresh pages each time.
     """
     lib = _library()
     b, d = a.shape
@@ -143,10 +144,11 @@ def forward(
     workspace = {} if workspace is None else workspace
 
     def buffer(name: str, shape: tuple[int, ...]) -> Tensor:
+        size = math.prod(shape)
         held = workspace.get(name)
-        if held is None or held.shape != shape or held.dtype != a.dtype:
-            held = workspace[name] = torch.empty(shape, dtype=a.dtype)
-        return held
+        if held is None or held.numel() < size or held.dtype != a.dtype:
+            held = workspace[name] = torch.empty(size, dtype=a.dtype)
+        return held[:size].view(shape)
 
     e = buffer("e", (m, b, n))
     sim = buffer("sim", (b, n)) if keep_similarity else None

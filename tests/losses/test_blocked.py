@@ -271,3 +271,30 @@ def test_hard_negative_decoupled(kernels, kind, reduction, negatives):
     torch.testing.assert_close(value.detach(), dense_hard_negative(loss, *xs).detach(), rtol=1e-10, atol=1e-12)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.skipif(not native.available(), reason="no C compiler")
+def test_kernel_buffers_are_kept_between_evaluations_in_each_thread():
+    import threading
+
+    loss = InfoNCE(dim=4, similarity="l1", tau=0.1, negatives="r24")
+
+    def value(B, seed):
+        xs = inputs(B, 4, seed=seed, dtype=torch.float32)[:2]
+        with blocked.use_kernels("native"):
+            out = loss(*xs)
+        return out.detach(), dense_infonce(loss, *xs).detach()
+
+    first, want = value(40, 0)
+    torch.testing.assert_close(first, want, rtol=1e-5, atol=1e-6)
+    kept = [w["e"].data_ptr() for w in blocked._workspaces(3)]
+    for B, seed in ((7, 1), (40, 0)):  # a smaller batch fits in the kept buffers; the first one again
+        got, want = value(B, seed)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        assert [w["e"].data_ptr() for w in blocked._workspaces(3)] == kept
+    assert torch.equal(got, first)
+    other: list[int] = []
+    thread = threading.Thread(target=lambda: (value(40, 0), other.extend(w["e"].data_ptr() for w in blocked._workspaces(3))))
+    thread.start()
+    thread.join()
+    assert len(other) == 3 and not set(other) & set(kept)  # another thread, buffers of its own

@@ -19,7 +19,8 @@ step (forward, backward, Adam) 1.46× faster at 2000 rows and 1.48× at 12288
 The backend changes only the order in which float32 sums are rounded (about 1e-7 relative, as
 between two CPUs), never what is computed. Inputs that are not 2-D float32 CPU tensors, layers under
 autocast (bf16) and the batched encoder pass of packed runs (:func:`blas_only`) always use
-``F.linear``.
+``F.linear``. The oneDNN backward has no derivative of its own: a second derivative through it is
+an error (use ``blas`` for those).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Iterator
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 BACKENDS = ("auto", "blas", "onednn")
@@ -109,6 +111,7 @@ class _OneDNNLinear(torch.autograd.Function):
         return _operator()(x, weight, bias, "none", [], "")
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad: Tensor):  # type: ignore[override]
         x, weight = ctx.saved_tensors
         product = _operator()

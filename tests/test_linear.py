@@ -119,3 +119,11 @@ def test_a_run_on_onednn_follows_the_blas_run_closely(tmp_path):
     assert losses["onednn"][0] == pytest.approx(losses["blas"][0], rel=1e-6)
     assert losses["onednn"] == pytest.approx(losses["blas"], rel=1e-4)
     assert losses["onednn"] != losses["blas"]  # rounded in another order: the oneDNN products ran
+
+
+@needs_onednn
+def test_a_second_derivative_through_onednn_is_refused_loudly():
+    layer, x = layer_and_input("onednn")
+    (grad,) = torch.autograd.grad(layer(x).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|double backward|twice"):
+        grad.sum().backward()

@@ -66,6 +66,9 @@ The negative set is chosen by the ``negatives`` option:
   L >= l(h_i, h_i) - l(h_i, h+_i) >= 0 (minus log B for the log-mean); for ``dot`` the
   self-pair logit is ||h_i||² / tau. ``decoupled_logmeanexp`` with these negatives is Z21's
   ``LpSimCLRLoss`` in its default mode.
+- ``first_view_others``: ``first_view`` without the anchor itself: negatives
+  ``{h_j : j != i}`` (B - 1 each), the other first-view encodings. It isolates the self-pair
+  term of ``first_view`` (everything else is the same).
 - ``independent``: the encodings of the DGP's separate negative samples, ``h_neg`` of
   shape (M, d) shared by all anchors or (B, K, d) per anchor. vK21's code
   (ysharma1126/ssl_identifiability) uses a fresh batch (M = B) with ``logmeanexp``.
@@ -93,7 +96,7 @@ from dgp import checks
 from identifiable_cl.losses.blocked import Pairing, Plan, blocked_loss
 
 SIMILARITIES = ("cosine", "dot", "l1", "l2", "l3")
-NEGATIVE_SETS = ("symmetric", "r24", "one_sided", "first_view", "independent")
+NEGATIVE_SETS = ("symmetric", "r24", "one_sided", "first_view", "first_view_others", "independent")
 REDUCTIONS = ("logsumexp", "logmeanexp", "decoupled_logsumexp", "decoupled_logmeanexp")
 DECOUPLED = ("decoupled_logsumexp", "decoupled_logmeanexp")
 """The reductions whose denominator leaves the positive out (module docstring)."""
@@ -206,6 +209,8 @@ def assemble(
         for offset in (0, batch, -batch):
             neg.diagonal(offset).fill_(float("-inf"))
         return Terms(torch.cat([pos, pos]), neg, 2 * batch - 2)
+    if negatives == "first_view_others":
+        return Terms(pos, _without_diagonal(pairwise(h, h)), batch - 1)
     cross = _without_diagonal(pairwise(h, h_pos))
     if negatives == "one_sided":
         return Terms(pos, cross, batch - 1)
@@ -293,6 +298,8 @@ def _batch_plan(negatives: str, h: Tensor, h_pos: Tensor):
         return (torch.cat([h, h_pos]),), [Pairing(0, 0, "views")], [(0,)], 2 * batch - 2, 2 * batch
     if negatives == "first_view":
         return (h,), [Pairing(0, 0)], [(0,)], batch, batch
+    if negatives == "first_view_others":
+        return (h,), [Pairing(0, 0, "diagonal")], [(0,)], batch - 1, batch
     if negatives == "one_sided":
         return (h, h_pos), [Pairing(0, 1, "diagonal")], [(0,)], batch - 1, batch
     # r24: h_i pools {h_j} and {h+_j}; h+_i pools {h+_j} and the same {sim(h_i, h+_j)}, j != i

@@ -44,6 +44,8 @@ def reference(h, hp, hn, lam, factor, negatives, reduction, unit_norm=True) -> f
             rows.append(row(pos, [s(h[i], hp[j]) for j in others]))
         elif negatives == "first_view":
             rows.append(row(pos, [s(h[i], h[j]) for j in range(B)]))
+        elif negatives == "first_view_others":
+            rows.append(row(pos, [s(h[i], h[j]) for j in others]))
         else:
             rows.append(row(pos, [s(h[i], n) for n in (hn if hn.ndim == 2 else hn[i])]))
     return float(np.mean(rows))

@@ -39,6 +39,8 @@ def rows_of(h, hp, hn, negatives):
             out.append((pos, [(h[i], hp[j]) for j in others]))
         elif negatives == "first_view":
             out.append((pos, [(h[i], h[j]) for j in range(B)]))
+        elif negatives == "first_view_others":
+            out.append((pos, [(h[i], h[j]) for j in others]))
         else:
             out.append((pos, [(h[i], n) for n in (hn if hn.ndim == 2 else hn[i])]))
     return out

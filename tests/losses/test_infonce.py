@@ -52,6 +52,8 @@ def reference(h, hp, hn, kind, tau, negatives, reduction) -> float:
             rows.append(row_loss(pos, [s(h[i], hp[j]) for j in others], reduction))
         elif negatives == "first_view":
             rows.append(row_loss(pos, [s(h[i], h[j]) for j in range(B)], reduction))
+        elif negatives == "first_view_others":
+            rows.append(row_loss(pos, [s(h[i], h[j]) for j in others], reduction))
         else:
             negs = hn.numpy() if hn.dim() == 2 else hn[i].numpy()
             rows.append(row_loss(pos, [s(h[i], n) for n in negs], reduction))
@@ -268,6 +270,8 @@ def decoupled_reference(h, hp, hn, logit, negatives, reduction) -> torch.Tensor:
             add(pos, [logit(h[i], hp[j]) for j in others])
         elif negatives == "first_view":
             add(pos, [logit(h[i], h[j]) for j in range(B)])
+        elif negatives == "first_view_others":
+            add(pos, [logit(h[i], h[j]) for j in others])
         else:
             add(pos, [logit(h[i], n) for n in (hn if hn.dim() == 2 else hn[i])])
     return torch.stack(rows).mean()

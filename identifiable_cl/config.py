@@ -31,6 +31,7 @@ import yaml
 from dgp.checks import fail
 from dgp.process import DEFAULT_CONFIG as DGP_DEFAULTS
 from dgp.process import DTYPES
+from identifiable_cl.linear import BACKENDS as MATMUL_BACKENDS
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ SCHEMA: dict[str, Leaf | Section] = {
                             "(worth it on GPUs and CPUs with AMX/AVX512-BF16 units only)", choices=("fp32", "bf16")),
     "train.matmul": Leaf("auto", "str", "how the encoder's float32 CPU matrix products run: blas (torch's own), "
                          "onednn, or auto (onednn on AMD CPUs with AVX-512, measured 1.46x faster steps there; "
-                         "blas elsewhere)", choices=("auto", "blas", "onednn"), legacy=("blas",)),
+                         "blas elsewhere)", choices=MATMUL_BACKENDS, legacy=("blas",)),
     "train.loss_limit": Leaf(1e6, "float?", "stop when |loss| exceeds this (divergence); null: only NaN/inf stop",
                              above=0),
     "eval.n_fit": Leaf(4096, "int", "fit samples of the periodic held-out evaluation", minimum=2),

@@ -6,15 +6,16 @@ batch size, the number of DGP negatives, device, dtype or precision (:func:`pack
 
 One packed step: each run draws its batch from its own process and generator, exactly as
 alone. Batched (the default on a GPU), the K encoders run as one computation, ``torch.func.vmap``
-over their parameters stacked (K, ...) (batched matrix products); each run's loss is taken on its
-own encodings and the K losses are summed, so every run's parameters receive exactly their own
-gradient; each run's optimizer then steps. On a CPU the runs take their own steps in turn instead
-(the default there): the encoders' matrix products already keep the cores busy, and the batched
-pass measured 0.81-1.04x the aggregate steps/s of the runs one after the other for the default
-config and 0.83-0.94x for the reference encoder (K = 1-8, a 2-core AMD EPYC with AVX-512,
-``icl bench --only packing``), so what a pack shares on a CPU is the
-process, its start-up and W&B's service; each run then follows its stand-alone trajectory exactly. Evaluation, checkpoints, logs and the run directory are
-those of :class:`identifiable_cl.training.Trainer`, one per run, so a packed run's directory
+over their parameters stacked (K, ...) (torch's own batched matrix products, ``linear.blas_only``);
+each run's loss is taken on its own encodings and the K losses are summed, so every run's
+parameters receive exactly their own gradient; each run's optimizer then steps.
+On a CPU the runs take their own steps in turn instead (the default there): the encoders' matrix
+products already keep the cores busy, and the batched pass measured 0.81-1.04x the aggregate
+steps/s of the runs one after the other for the default config and 0.83-0.94x for the reference
+encoder (K = 1-8, a 2-core AMD EPYC with AVX-512, both with torch's BLAS, ``icl bench --only
+packing``), so what a pack shares on a CPU is the process, its start-up and W&B's service; each
+run then follows its stand-alone trajectory exactly. Evaluation, checkpoints, logs and the run
+directory are those of :class:`identifiable_cl.training.Trainer`, one per run, so a packed run's directory
 is the one it would write alone (its ``wall_s`` is the pack's wall time) and it resumes alone.
 A run whose loss stops being finite is recorded as failed and leaves the pack; the others go on.
 """

@@ -5,7 +5,7 @@ with AVX-512 that BLAS does not use the 512-bit units: measured on a 2-core AMD 
 the reference encoder's shapes (12288 × 500 by 500 × 500), MKL ran the products at about
 160-180 GFLOP/s, oneDNN (the library torch already uses for bf16) at about 410 GFLOP/s for
 y = x Wᵀ and ∂x = g W and 260 GFLOP/s for ∂W = gᵀ x, which made the reference encoder's training
-step (forward, backward, Adam) 1.46× faster at 2000 rows and 1.48× at 12288
+step (forward, backward, Adam) 1.77-1.84× faster at 2000 and 12288 rows, the two timed in turn
 (``icl bench --only precision`` prints the step with either backend).
 
 ``train.matmul`` chooses the backend of :class:`Linear` (the encoder's layers):

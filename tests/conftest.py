@@ -20,6 +20,29 @@ def gen():
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+@pytest.fixture
+def evaluation_calls(monkeypatch):
+    """``record(*keys)``: from then on, every call of ``training.evaluate`` and ``training.identity_baseline``
+    appends ``(function name, kwargs[key] for each key)`` to the returned list, and still runs."""
+    from identifiable_cl import training
+
+    def record(*keys):
+        seen = []
+
+        def recording(real):
+            def wrapped(*args, **kwargs):
+                seen.append((real.__name__, *(kwargs[k] for k in keys)))
+                return real(*args, **kwargs)
+
+            return wrapped
+
+        for name in ("evaluate", "identity_baseline"):
+            monkeypatch.setattr(training, name, recording(getattr(training, name)))
+        return seen
+
+    return record
+
+
 @pytest.fixture(scope="session")
 def tiny():
     """Overrides that make a run take a few seconds: 20 steps, a one-layer encoder, small samples."""

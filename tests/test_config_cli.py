@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-import identifiable_cl.training as training
 from dgp.registry import option_docs
 from identifiable_cl import rundir
 from identifiable_cl.arguments import split
@@ -216,18 +215,8 @@ def test_option_docs_falls_back_to_empty():
 
 
 
-def test_evaluate_uses_eval_overrides(run, capsys, monkeypatch, tiny):
-    sizes = []
-
-    def recording(real):
-        def wrapped(*args, **kwargs):
-            sizes.append((real.__name__, kwargs["n_fit"], kwargs["n_test"]))
-            return real(*args, **kwargs)
-
-        return wrapped
-
-    monkeypatch.setattr(training, "evaluate", recording(training.evaluate))
-    monkeypatch.setattr(training, "identity_baseline", recording(training.identity_baseline))
+def test_evaluate_uses_eval_overrides(run, capsys, tiny, evaluation_calls):
+    sizes = evaluation_calls("n_fit", "n_test")
     config = (run / rundir.CONFIG).read_bytes()
     assert main(["evaluate", str(run), "--eval.final_n_fit=256", "eval.final_n_test=96"]) == 0
     assert sorted(sizes) == [("evaluate", 256, 96), ("identity_baseline", 256, 96)]

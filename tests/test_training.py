@@ -135,20 +135,8 @@ def test_in_sample_scores_are_fitted_and_scored_on_the_same_fresh_samples(run):
     assert "r2_linear_in_sample" not in evaluate_run(run)
 
 
-def test_periodic_and_final_evaluations_use_their_own_centres(tmp_path, monkeypatch):
-    from identifiable_cl import training
-
-    seen = []
-
-    def recording(real):
-        def wrapped(*args, **kwargs):
-            seen.append((real.__name__, kwargs["n_fit"], kwargs["n_centres"]))
-            return real(*args, **kwargs)
-
-        return wrapped
-
-    monkeypatch.setattr(training, "evaluate", recording(training.evaluate))
-    monkeypatch.setattr(training, "identity_baseline", recording(training.identity_baseline))
+def test_periodic_and_final_evaluations_use_their_own_centres(tmp_path, evaluation_calls):
+    seen = evaluation_calls("n_fit", "n_centres")
     config = tiny_config(**{"train.steps": 100, "eval.nonlinear": True, "eval.n_centres": 30, "eval.final_n_centres": 60})
     summary = Trainer.create(config, tmp_path / "run", progress=False).run()
     assert ("evaluate", 256, 30) in seen and seen.count(("evaluate", 512, 60)) == 1

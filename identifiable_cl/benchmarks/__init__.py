@@ -5,6 +5,6 @@ evaluation, loss, training, precision, packing); :mod:`identifiable_cl.benchmark
 the evaluation metrics' speed and accuracy against scikit-learn's kernel ridge search.
 """
 
-from identifiable_cl.benchmarks.sections import SECTIONS, run_bench
+from identifiable_cl.benchmarks.sections import DEVICES, SECTIONS, run_bench
 
-__all__ = ["SECTIONS", "run_bench"]
+__all__ = ["DEVICES", "SECTIONS", "run_bench"]

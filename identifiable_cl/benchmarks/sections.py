@@ -12,15 +12,19 @@
   the loss's peak extra memory, measured in a fresh process.
 - training: steps/s of the full training step at batch 1024 and 6144, and the
   share of step time spent outside the encoder's own forward + backward +
-  optimizer step (sampling, mixing, loss, bookkeeping); target under 15 %.
+  optimizer step (sampling, mixing, loss, bookkeeping); target under 15 %. On CUDA
+  also the host synchronisations of one step (:func:`host_syncs`).
 - precision: the reference encoder's training step at batch 1000 under
   ``train.precision`` bf16 against fp32 (torch's BLAS), and fp32 through oneDNN
   (``train.matmul``).
-- packing: K = 1, 2, 4, 8 runs (seeds 0..K-1) stepped as one batched pack
-  (``identifiable_cl.packing``) against the same K runs stepped one after the
-  other, on the default config and on R24's setting (reference encoder, batch
-  1000): aggregate run-steps/s of both and their ratio.
-All ratios are measured side by side in one process, the calls they compare taken in turn.
+- packing: K runs (seeds 0..K-1; K = 1, 2, 4, 8 on a CPU, 1, 4, 12, 32 on a GPU) stepped as
+  one batched pack (``identifiable_cl.packing``) against the same K runs stepped one after
+  the other, on the default config and on R24's setting (reference encoder, batch 1000):
+  aggregate run-steps/s of both and their ratio.
+Every section runs on one device (``icl bench --device``; default CUDA when present), except
+the scikit-learn side of the evaluation section, which is CPU code. All ratios are measured side
+by side in one process, the calls they compare taken in turn; on a GPU each call is timed by
+CUDA events recorded around it after warm-up.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from typing import Any, Callable, Iterable
 
 import torch
@@ -39,6 +44,9 @@ from torch import Tensor
 import dgp
 from dgp.seeding import stream_seed
 from identifiable_cl.encoders import ENCODERS
+
+DEVICES = ("cpu", "cuda")
+"""The choices of ``icl bench --device``."""
 
 SAMPLING_CASES: list[tuple[str, dict[str, Any]]] = [
     ("sphere vMF(κ=1)", {"conditional": {"name": "vmf", "kappa": 1.0}}),
@@ -65,37 +73,71 @@ TRAINING_CASES: list[tuple[str, str | None, dict[str, str], tuple[int, ...] | No
 batch sizes (None: those given to :func:`bench_training`) of each training case."""
 
 
-def _clock() -> float:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter()
+def bench_device(name: str | None = None) -> torch.device:
+    """The device of ``icl bench --device NAME`` (None: CUDA when present, else the CPU)."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in DEVICES:
+        raise ValueError(f"--device={name!r} is invalid: allowed {', '.join(DEVICES)}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device=cuda: CUDA is not available on this machine; use --device=cpu")
+    return torch.device(name)
 
 
-def interleaved(fns: Iterable[Callable[[], Any]], reps: int, warmup: int = 2) -> list[float]:
-    """Median wall time (s) of each function, called in turn ``reps`` times after ``warmup`` rounds
-    (CUDA synchronised), so that a change of the machine's load falls on all of them alike."""
+def _call_seconds(fn: Callable[[], Any], device: torch.device) -> Callable[[], float]:
+    """Call ``fn`` once; return a function that gives the call's seconds (on CUDA: between two
+    events recorded around it, read once the device has caught up)."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        return lambda: (end.synchronize(), start.elapsed_time(end) / 1e3)[1]
+    t0 = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - t0
+    return lambda: seconds
+
+
+def interleaved(fns: Iterable[Callable[[], Any]], reps: int, warmup: int = 2,
+                device: torch.device = torch.device("cpu")) -> list[float]:
+    """Median time (s) of each function, called in turn ``reps`` times after ``warmup`` rounds, so
+    that a change of the machine's load falls on all of them alike (on CUDA: CUDA events)."""
     fns = list(fns)
     for _ in range(warmup):
         for fn in fns:
             fn()
-    times: list[list[float]] = [[] for _ in fns]
+    pending: list[list[Callable[[], float]]] = [[] for _ in fns]
     for _ in range(reps):
-        for fn, own in zip(fns, times):
-            t0 = _clock()
+        for fn, own in zip(fns, pending):
+            own.append(_call_seconds(fn, device))
+    return [statistics.median(read() for read in own) for own in pending]
+
+
+def timed(fn: Callable[[], Any], reps: int, warmup: int = 2, device: torch.device = torch.device("cpu")) -> float:
+    """Median time of ``fn`` in seconds (on CUDA: CUDA events)."""
+    return interleaved([fn], reps, warmup, device)[0]
+
+
+def host_syncs(fn: Callable[[], Any], device: torch.device) -> int | None:
+    """How many times one call of ``fn`` makes the host wait for the CUDA device (the waits torch's
+    sync debug mode reports: ``.item()``, ``nonzero``, a tensor's truth value ...); None off CUDA."""
+    if device.type != "cuda":
+        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
             fn()
-            own.append(_clock() - t0)
-    return [statistics.median(own) for own in times]
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
 
 
-def timed(fn: Callable[[], Any], reps: int, warmup: int = 2) -> float:
-    """Median wall time of ``fn`` in seconds (CUDA synchronised)."""
-    return interleaved([fn], reps, warmup)[0]
-
-
-def _matmul() -> str:
+def _matmul(device: torch.device) -> str:
     from identifiable_cl.linear import resolve
 
-    return f"encoder's float32 CPU products: {resolve('auto')}"
+    return f"encoder's float32 CPU products: {resolve('auto')}" if device.type == "cpu" else "torch's CUDA products"
 
 
 def encoder_step_time(dim: int, rows: int, device: torch.device, reps: int) -> float:
@@ -107,11 +149,12 @@ def encoder_step_time(dim: int, rows: int, device: torch.device, reps: int) -> f
         encoder.zero_grad(set_to_none=True)
         encoder(x).sum().backward()
 
-    return timed(step, reps)
+    return timed(step, reps, device=device)
 
 
-def bench_sampling(batch: int = 6144, reps: int = 20, print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def bench_sampling(batch: int = 6144, reps: int = 20, device: torch.device | None = None,
+                   print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    device = device or bench_device()
     enc = encoder_step_time(10, 2 * batch, device, max(3, reps // 4))
     print_fn(f"\nsampling at n = 10, batch {batch} on {device} (encoder fwd+bwd on {2 * batch} rows: {enc * 1e3:.1f} ms)")
     print_fn(f"{'conditional':<34}{'sample ms':>10}{'% of encoder':>14}")
@@ -119,7 +162,7 @@ def bench_sampling(batch: int = 6144, reps: int = 20, print_fn: Callable[[str], 
     for label, cfg in SAMPLING_CASES:
         process = dgp.build_process({**cfg, "mixing": {"name": "mlp", "cond_draws": 2500}}, seed=0).to(device)
         gen = process.make_generator(0)
-        t = timed(lambda: process.sample(batch, gen), reps)
+        t = timed(lambda: process.sample(batch, gen), reps, device=device)
         rows.append({"case": label, "sample_ms": t * 1e3, "encoder_ms": enc * 1e3, "share": t / enc})
         extra = ""
         accept = getattr(process.conditional, "acceptance_rate", None)
@@ -129,19 +172,22 @@ def bench_sampling(batch: int = 6144, reps: int = 20, print_fn: Callable[[str], 
     return rows
 
 
-def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
+def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, device: torch.device | None = None,
+                   print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
     from identifiable_cl.config import load_config
     from identifiable_cl.components import build
     from identifiable_cl.training import train_step
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    print_fn(f"\ntraining steps at n = 10 on {device} (median of {steps} steps, {_matmul()}); encoder = its own "
+    device = device or bench_device()
+    print_fn(f"\ntraining steps at n = 10 on {device} (median of {steps} steps, {_matmul(device)}); encoder = its own "
              "forward+backward+Adam step on the same rows")
-    print_fn(f"{'setting':<30}{'batch':>7}{'steps/s':>9}{'step ms':>9}{'encoder ms':>12}{'overhead':>10}{'step/encoder':>14}")
+    print_fn(f"{'setting':<30}{'batch':>7}{'steps/s':>9}{'step ms':>9}{'encoder ms':>12}{'overhead':>10}{'step/encoder':>14}"
+             + (f"{'host syncs':>12}" if device.type == "cuda" else ""))
     rows = []
     for label, preset, overrides, own_batches in TRAINING_CASES:
         for batch in own_batches or batches:
-            config = load_config(preset, {**overrides, "train.batch_size": batch, "dgp.mixing.cond_draws": 2500})
+            config = load_config(preset, {**overrides, "train.batch_size": batch, "dgp.mixing.cond_draws": 2500,
+                                          "device": str(device)})
             c = build(config)
             x = c.process.sample(batch, c.batches)
             rows_in = torch.cat([x.x, x.x_pos])
@@ -151,12 +197,13 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, print
                 c.encoder(rows_in).sum().backward()
                 c.optimizer.step()
 
-            full, core = interleaved([lambda: train_step(c), pure], steps)
+            full, core = interleaved([lambda: train_step(c), pure], steps, device=device)
             share = max(0.0, 1 - core / full)
+            syncs = host_syncs(lambda: train_step(c), device)
             rows.append({"case": label, "batch": batch, "steps_per_s": 1 / full, "step_ms": full * 1e3,
-                         "encoder_ms": core * 1e3, "overhead": share, "ratio": full / core})
+                         "encoder_ms": core * 1e3, "overhead": share, "ratio": full / core, "host_syncs": syncs})
             print_fn(f"{label:<30}{batch:>7}{1 / full:>9.2f}{full * 1e3:>9.1f}{core * 1e3:>12.1f}{100 * share:>9.1f}%"
-                     f"{full / core:>13.2f}x")
+                     f"{full / core:>13.2f}x" + (f"{syncs:>12}" if syncs is not None else ""))
     return rows
 
 
@@ -212,13 +259,22 @@ def loss_step(kind: str, batch: int, impl: str, device: torch.device) -> Callabl
     return step
 
 
-def loss_peak_memory(kind: str, batch: int, impl: str) -> float:
-    """Peak extra resident memory (MiB) of one loss forward + backward, in a fresh CPU process (Linux).
+def loss_peak_memory(kind: str, batch: int, impl: str, device: torch.device = torch.device("cpu")) -> float:
+    """Peak extra memory (MiB) of one loss forward + backward: on a CPU the resident memory of a fresh
+    process (Linux), on CUDA the device memory allocated by torch beyond what was allocated before.
 
-    The child's resident high-water mark (``VmHWM`` of ``/proc/self/status``, which starts
+    On a CPU, the child's resident high-water mark (``VmHWM`` of ``/proc/self/status``, which starts
     afresh with the process, unlike ``ru_maxrss``) after the call minus its resident size
     (``VmRSS``) just before it.
     """
+    if device.type == "cuda":
+        step = loss_step(kind, batch, impl, device)
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        step()
+        torch.cuda.synchronize(device)
+        return (torch.cuda.max_memory_allocated(device) - base) / 2**20
     code = (
         "import torch; from identifiable_cl.benchmarks.sections import loss_step, _status_kib; "
         f"s = loss_step({kind!r}, {batch}, {impl!r}, torch.device('cpu')); "
@@ -235,13 +291,13 @@ def _status_kib(field: str) -> int:
 
 
 def bench_loss(batches: Iterable[int] = (1024, 6144), reps: int = 3, memory: bool = True,
-               print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
+               device: torch.device | None = None, print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
     from identifiable_cl.losses import native
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or bench_device()
     impls = (["native"] if device.type == "cpu" and native.available() else []) + ["eager", "naive"]
     print_fn(f"\nloss forward+backward, symmetric InfoNCE, n = 10, on {device}: ms, and % of the encoder's fwd+bwd on 2B rows "
-             f"({_matmul()})")
+             f"({_matmul(device)})")
     print_fn(f"{'similarity':<11}{'batch':>6}{'encoder':>9}" + "".join(f"{i:>18}" for i in impls) + f"{'naive/best':>12}"
              + (f"{'peak MiB':>10}" if memory else ""))
     rows = []
@@ -256,38 +312,41 @@ def bench_loss(batches: Iterable[int] = (1024, 6144), reps: int = 3, memory: boo
                     row[impl] = math.nan
                     cells.append(f"{'(too big)':>18}")
                     continue
-                t = timed(loss_step(kind, batch, impl, device), reps, warmup=1)
+                t = timed(loss_step(kind, batch, impl, device), reps, warmup=1, device=device)
                 row[impl] = t * 1e3
                 cells.append(f"{t * 1e3:>9.1f} ({100 * t / enc:>5.1f}%)")
             best = min(row[i] for i in impls if i != "naive")
             speedup = row["naive"] / best if not math.isnan(row["naive"]) else math.nan
             line = f"{kind:<11}{batch:>6}{enc * 1e3:>9.1f}" + "".join(cells) + f"{speedup:>11.1f}x"
-            if memory and device.type == "cpu":
-                row["peak_mib"] = loss_peak_memory(kind, batch, impls[0])
+            if memory:
+                row["peak_mib"] = loss_peak_memory(kind, batch, impls[0], device)
                 line += f"{row['peak_mib']:>10.0f}"
             rows.append(row)
             print_fn(line)
     return rows
 
 
-def bench_precision(batch: int = 1000, steps: int = 10, print_fn: Callable[[str], None] = print) -> dict[str, Any]:
-    """Training step of the reference encoder (R24's sphere setting) in fp32 with torch's BLAS, in fp32
-    with oneDNN's products (where torch has them, see ``identifiable_cl.linear``) and in bf16."""
+def bench_precision(batch: int = 1000, steps: int = 10, device: torch.device | None = None,
+                    print_fn: Callable[[str], None] = print) -> dict[str, Any]:
+    """Training step of the reference encoder (R24's sphere setting) in fp32 with torch's BLAS (on CUDA:
+    its CUDA products), in fp32 with oneDNN's products (a CPU where torch has them, see
+    ``identifiable_cl.linear``) and in bf16."""
     from identifiable_cl import linear
     from identifiable_cl.config import load_config
     from identifiable_cl.components import build
     from identifiable_cl.training import train_step
 
+    device = device or bench_device()
     cases = {"fp32": {"train.matmul": "blas"}, "bf16": {"train.precision": "bf16"}}
-    if linear._operator() is not None:
+    if device.type == "cpu" and linear._operator() is not None:
         cases["fp32_onednn"] = {"train.matmul": "onednn"}
-    cs = [build(load_config("sphere", {"train.batch_size": batch, "dgp.mixing.cond_draws": 2500, **o}))
+    cs = [build(load_config("sphere", {"train.batch_size": batch, "dgp.mixing.cond_draws": 2500, "device": str(device), **o}))
           for o in cases.values()]
-    # warm-up: the first bf16 steps also create the CPU's bf16 matrix-product kernels
-    times = interleaved([lambda c=c: train_step(c) for c in cs], steps, warmup=3)
+    # warm-up: the first bf16 steps also create the device's bf16 matrix-product kernels
+    times = interleaved([lambda c=c: train_step(c) for c in cs], steps, warmup=3, device=device)
     out: dict[str, Any] = dict(zip(cases, times))
     out["speedup"] = out["fp32"] / out["bf16"]
-    line = (f"\nprecision, reference encoder, batch {batch}: fp32 {out['fp32'] * 1e3:.1f} ms, bf16 "
+    line = (f"\nprecision, reference encoder, batch {batch}, on {device}: fp32 {out['fp32'] * 1e3:.1f} ms, bf16 "
             f"{out['bf16'] * 1e3:.1f} ms per step: bf16 speed-up {out['speedup']:.2f}x")
     if "fp32_onednn" in out:
         out["onednn_speedup"] = out["fp32"] / out["fp32_onednn"]
@@ -297,23 +356,30 @@ def bench_precision(batch: int = 1000, steps: int = 10, print_fn: Callable[[str]
     return out
 
 
-def bench_packing(sizes: Iterable[int] = (1, 2, 4, 8), steps: int = 5,
+PACK_SIZES = {"cpu": (1, 2, 4, 8), "cuda": (1, 4, 12, 32)}
+"""The pack sizes K of the packing section on each kind of device."""
+
+
+def bench_packing(sizes: Iterable[int] | None = None, steps: int = 5, device: torch.device | None = None,
                   print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
     from identifiable_cl.config import load_config
     from identifiable_cl.packing import batched_by_default, packed_step
     from identifiable_cl.components import build
     from identifiable_cl.training import train_step
 
-    print_fn(f"\npacked runs (median of {steps} steps): aggregate run-steps/s, one batched step of the pack vs "
+    device = device or bench_device()
+    sizes = PACK_SIZES[device.type] if sizes is None else sizes
+    print_fn(f"\npacked runs on {device} (median of {steps} steps): aggregate run-steps/s, one batched step of the pack vs "
              "the runs' steps one after the other")
     print_fn(f"{'setting':<32}{'K':>3}{'sequential':>12}{'batched':>10}{'ratio':>8}")
     rows = []
     for label, preset, overrides in PACKING_CASES:
         for k in sizes:
-            cs = [build(load_config(preset, {**overrides, "seed": seed, "dgp.mixing.cond_draws": 2500}))
+            cs = [build(load_config(preset, {**overrides, "seed": seed, "dgp.mixing.cond_draws": 2500,
+                                             "device": str(device)}))
                   for seed in range(k)]
             sequential, packed = interleaved([lambda: [train_step(c) for c in cs], lambda: packed_step(cs, batched=True)],
-                                             steps, warmup=1)
+                                             steps, warmup=1, device=device)
             row = {"case": label, "k": k, "sequential": k / sequential, "packed": k / packed, "ratio": sequential / packed}
             rows.append(row)
             print_fn(f"{label:<32}{k:>3}{row['sequential']:>12.2f}{row['packed']:>10.2f}{row['ratio']:>7.2f}x")
@@ -322,25 +388,29 @@ def bench_packing(sizes: Iterable[int] = (1, 2, 4, 8), steps: int = 5,
     return rows
 
 
-def run_bench(quick: bool = False, sections: Iterable[str] | None = None, print_fn: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the selected sections (all by default) and return their rows."""
+def run_bench(quick: bool = False, sections: Iterable[str] | None = None, device: str | None = None,
+              print_fn: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the selected sections (all by default) on ``device`` (see :func:`bench_device`) and return their rows."""
+    on = bench_device(device)
     sections = list(sections or SECTIONS)
     torch.manual_seed(stream_seed(0, "bench"))
     out: dict[str, Any] = {}
     if "sampling" in sections:
-        out["sampling"] = bench_sampling(reps=5 if quick else 20, print_fn=print_fn)
+        out["sampling"] = bench_sampling(reps=5 if quick else 20, device=on, print_fn=print_fn)
     if "evaluation" in sections:
         from identifiable_cl.benchmarks import evaluation as eval_bench
 
         print_fn("")
-        out["evaluation"] = eval_bench.run(print_fn=print_fn, quick=quick)
+        out["evaluation"] = eval_bench.run(print_fn=print_fn, quick=quick, device=on)
     if "loss" in sections:
         out["loss"] = bench_loss(batches=(1024,) if quick else (1024, 6144), reps=2 if quick else 3,
-                                 memory=not quick, print_fn=print_fn)
+                                 memory=not quick, device=on, print_fn=print_fn)
     if "training" in sections:
-        out["training"] = bench_training(batches=(1024,) if quick else (1024, 6144), steps=3 if quick else 10, print_fn=print_fn)
+        out["training"] = bench_training(batches=(1024,) if quick else (1024, 6144), steps=3 if quick else 10,
+                                         device=on, print_fn=print_fn)
     if "precision" in sections:
-        out["precision"] = bench_precision(steps=2 if quick else 10, print_fn=print_fn)
+        out["precision"] = bench_precision(steps=2 if quick else 10, device=on, print_fn=print_fn)
     if "packing" in sections:
-        out["packing"] = bench_packing(sizes=(1, 2) if quick else (1, 2, 4, 8), steps=2 if quick else 5, print_fn=print_fn)
+        out["packing"] = bench_packing(sizes=PACK_SIZES[on.type][:2] if quick else None, steps=2 if quick else 5,
+                                       device=on, print_fn=print_fn)
     return out

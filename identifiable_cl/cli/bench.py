@@ -8,16 +8,18 @@ import argparse
 def run(args: argparse.Namespace) -> int:
     from identifiable_cl.benchmarks import run_bench
 
-    run_bench(quick=args.quick, sections=args.only)
+    run_bench(quick=args.quick, sections=args.only, device=args.device)
     return 0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``bench`` to the ``icl`` subcommands."""
-    from identifiable_cl.benchmarks import SECTIONS
+    from identifiable_cl.benchmarks import DEVICES, SECTIONS
 
     p = subparsers.add_parser("bench", help="print sampling, evaluation, loss, training and precision figures")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a fast look")
     p.add_argument("--only", nargs="*", choices=SECTIONS, help="run only these sections")
+    p.add_argument("--device", choices=DEVICES,
+                   help="where every section runs (default: cuda when a CUDA device is present, else cpu)")
     p.set_defaults(func=run)
     return p

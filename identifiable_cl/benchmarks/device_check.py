@@ -1,0 +1,329 @@
+"""The prepared GPU check: CUDA tests, ``icl bench`` on the device, and R24's table at paper scale in one go.
+
+    python -m identifiable_cl.benchmarks.device_check OUT [--budget SECONDS] [--device cuda] [--tiny]
+
+Runs on a machine with torch (CUDA build), scipy, scikit-learn, matplotlib and pytest, with or without
+wandb (W&B is switched off: ``WANDB_MODE=disabled``), from the repository root of a source checkout
+(the tests live there) with the package importable (``pip install --no-deps --no-build-isolation -e .``
+or ``PYTHONPATH=.``). Every step has a share of the budget and is stopped when it runs out, so the
+whole check ends within ``--budget`` seconds (default 540), in this order:
+
+1. ``pytest -m cuda`` (the CUDA variants of the suite) → ``OUT/tests.txt``;
+2. ``icl bench --device DEVICE --only loss training precision packing`` → ``OUT/bench.txt``;
+3. R24 (experiment ``rusak2024``) at paper scale, 4 runs × 3 seeds, the three seeds of a run packed
+   in one process and the four processes side by side on the device. The number of steps is measured,
+   then chosen: two pilot reproductions of 100 and 500 steps give the fixed cost ``a`` and the cost
+   per step ``b`` of the whole reproduction (wall ≈ a + b·N); the full run takes 100,000 steps if
+   a + b·N fits 90 % of the budget left, else 50,000, else the most that fit (a multiple of 1,000) →
+   ``OUT/r24.log`` (the runner's output), ``OUT/reproduce.md`` (the reproduction's own report);
+4. ``OUT/results.md``: AnInfoNCE's in-sample linear R² and MCC (mean ± std over the seeds) against
+   the official training logs at the nearest logged step count at or below the one taken, with the
+   tolerance ±0.02, and every step's wall time; ``OUT/device_check.json``: the same as data.
+
+The runs themselves are written to ``--work`` (default: a new temporary folder), outside ``OUT``.
+``--tiny`` checks the plumbing on any machine in well under a minute: the experiment's ``tiny``
+settings (a small encoder, batch 64, small evaluations), pilots of 2 and 4 steps, 12 or 8 steps for
+the full run, one seed of the bimodal AnInfoNCE run; ``--tests`` and ``--bench`` narrow steps 1 and 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+OFFICIAL_LOGS: dict[str, dict[int, tuple[float, float]]] = {
+    "aninfonce_bimodal": {10000: (0.963, 0.676), 25000: (0.993, 0.677), 50000: (0.995, 0.675), 100000: (0.997, 0.685)},
+    "aninfonce_linear": {10000: (0.971, 0.833), 25000: (0.993, 0.914), 50000: (0.997, 0.961), 100000: (0.996, 0.988)},
+}
+"""In-sample linear R² and MCC of AnInfoNCE in R24's official training logs (brendel-group/AnInfoNCE,
+``training_logs/``; sphere n = 10, batch 1000, scored on 4,096 fresh samples), by step."""
+TOLERANCE = 0.02
+EXPERIMENT = "rusak2024"
+BENCH_SECTIONS = ("loss", "training", "precision", "packing")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the R24 step runs: its scale's settings, patched by ``patch``; pilot and candidate step counts."""
+
+    scale: str
+    pilots: tuple[int, int]
+    candidates: tuple[int, ...]
+    seeds: int
+    runs: tuple[str, ...] | None
+    patch: dict[str, Any] = field(default_factory=dict)
+    granularity: int = 1000
+
+
+def paper_plan() -> Plan:
+    return Plan("paper", (100, 500), (100000, 50000), seeds=3, runs=None)
+
+
+def tiny_plan() -> Plan:
+    from identifiable_cl.reproduce.experiment import TINY
+
+    return Plan("paper", (2, 4), (12, 8), seeds=1, runs=("aninfonce_bimodal",),
+                patch={**TINY, "eval.in_sample_n": 256}, granularity=1)
+
+
+@dataclass
+class Step:
+    """One step of the check: its name, wall seconds, whether it finished in its time, and a one-line outcome."""
+
+    name: str
+    wall_s: float = 0.0
+    finished: bool = False
+    outcome: str = ""
+
+
+class Clock:
+    """The check's deadline: seconds left, and a step's share of them."""
+
+    def __init__(self, budget: float):
+        self.deadline = time.monotonic() + budget
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+
+def run_logged(argv: Sequence[str], log: Path, timeout: float, step: Step, env: dict[str, str]) -> int | None:
+    """Run ``argv`` with stdout and stderr into ``log`` (appended), stopped after ``timeout`` seconds;
+    the exit code, or None when it was stopped. ``step`` gets the wall time."""
+    started = time.monotonic()
+    with open(log, "a") as out:
+        out.write(f"$ {' '.join(argv)}\n")
+        out.flush()
+        process = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            code: int | None = process.wait(timeout=max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            process.wait()
+            code = None
+            out.write(f"\n[stopped after {timeout:.0f} s: the step's share of the budget]\n")
+    step.wall_s += time.monotonic() - started
+    return code
+
+
+def last_line(path: Path) -> str:
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def experiment_copy(plan: Plan, steps: int, folder: Path) -> Path:
+    """A copy of the packaged R24 experiment whose ``plan.scale`` settings are patched and train for ``steps``."""
+    from identifiable_cl.config import read_yaml_mapping
+    from identifiable_cl.reproduce.experiment import EXPERIMENTS_DIR, FILE
+
+    raw = dict(read_yaml_mapping(Path(EXPERIMENTS_DIR) / EXPERIMENT / FILE, "experiment file"))
+    scale = dict(raw["scales"][plan.scale])
+    scale.update(plan.patch)
+    scale["train.steps"] = steps
+    for key in ("train.eval_every", "train.checkpoint_every", "train.log_every"):
+        scale[key] = min(int(scale.get(key, steps)), steps)
+    raw["scales"] = {**raw["scales"], plan.scale: scale}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / FILE).write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+    return folder
+
+
+def reproduce_argv(experiment: Path, plan: Plan, out: Path) -> list[str]:
+    """The ``icl reproduce`` command of ``plan``: the seeds of a run in one pack, every run in its own process."""
+    runs = plan.runs or tuple(OFFICIAL_LOGS) + ("infonce_bimodal", "infonce_linear")
+    argv = [sys.executable, "-m", "identifiable_cl.cli", "reproduce", str(experiment), "--scale", plan.scale,
+            "--seeds", str(plan.seeds), "--pack", str(plan.seeds), "--workers", str(len(runs)), "--out", str(out)]
+    return argv + (["--runs", ",".join(plan.runs)] if plan.runs else [])
+
+
+def choose_steps(pilots: tuple[int, int], walls: tuple[float, float], left: float, candidates: Sequence[int],
+                 granularity: int) -> tuple[int, float, float, str]:
+    """``(steps, a, b, why)``: from two pilot walls, the fixed cost ``a`` and cost per step ``b`` (wall ≈ a + b·N),
+    then the first candidate whose predicted wall fits 90 % of ``left``, else the most steps that fit, in
+    multiples of ``granularity`` (at least the longer pilot's). A slope that noise made non-positive is
+    replaced by the longer pilot's wall per step, which overestimates it."""
+    (n1, n2), (w1, w2) = pilots, walls
+    b = (w2 - w1) / (n2 - n1)
+    if not b > 0:
+        b = w2 / n2
+    a = max(0.0, w1 - b * n1)
+    room = 0.9 * left
+    for n in candidates:
+        if a + b * n <= room:
+            return n, a, b, f"{n} steps fit: predicted {a + b * n:.0f} s of {left:.0f} s left"
+    fit = int((room - a) / b) // granularity * granularity if room > a else 0
+    steps = max(fit, n2)
+    return steps, a, b, (f"{candidates[-1]} steps do not fit (predicted {a + b * candidates[-1]:.0f} s of {left:.0f} s "
+                         f"left): {steps} steps, the most that fit")
+
+
+def logged_column(steps: int, run: str) -> int | None:
+    """The official log's step count nearest at or below ``steps`` (None below the first)."""
+    below = [s for s in OFFICIAL_LOGS[run] if s <= steps]
+    return max(below) if below else None
+
+
+def summaries(out: Path, scale: str) -> dict[str, list[dict[str, Any]]]:
+    """The finished runs' summaries of a reproduction in ``out`` at ``scale``, by run label."""
+    from identifiable_cl.aggregate import sweep_run
+
+    found: dict[str, list[dict[str, Any]]] = {}
+    for folder in sorted(p for p in out.glob("sweeps/*/*") if p.is_dir()):
+        run = sweep_run(folder)
+        if run.problem is None and run.summary is not None:
+            label = folder.parent.name.removeprefix(f"{EXPERIMENT}-{scale}-")
+            found.setdefault(label, []).append(run.summary)
+    return found
+
+
+def comparison(found: dict[str, list[dict[str, Any]]], steps: int) -> list[dict[str, Any]]:
+    """Per AnInfoNCE run and metric: the mean ± std over seeds against the official log at ``steps``."""
+    rows = []
+    for run, log in OFFICIAL_LOGS.items():
+        column = logged_column(steps, run)
+        for i, metric in enumerate(("r2_linear_in_sample", "mcc_pearson_in_sample")):
+            values = [s[metric] for s in found.get(run, []) if isinstance(s.get(metric), (int, float))]
+            mean = statistics.fmean(values) if values else None
+            std = statistics.pstdev(values) if values else None
+            reference = log[column][i] if column is not None else None
+            within = mean is not None and reference is not None and abs(mean - reference) <= TOLERANCE
+            rows.append({"run": run, "metric": metric, "seeds": len(values), "mean": mean, "std": std,
+                         "log_step": column, "log": reference, "within": within})
+    return rows
+
+
+def markdown(device: str, plan: Plan, steps: int, why: str, rows: list[dict[str, Any]], record: list[Step],
+             command: str) -> str:
+    lines = [
+        "# Device check",
+        "",
+        f"Device: {device}; torch {_torch_version()}; Python {platform.python_version()}.",
+        f"Command: `{command}`.",
+        "",
+        "| step | wall | outcome |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {s.name} | {s.wall_s:.0f} s | {s.outcome}{'' if s.finished else ' (stopped or failed)'} |" for s in record]
+    lines += [
+        "",
+        f"## R24 at paper scale: {steps} steps, {plan.seeds} seed(s)",
+        "",
+        f"Steps chosen: {why}.",
+        "",
+        "AnInfoNCE, in-sample (4,096 fresh samples, as the official logs), mean ± std over seeds, against R24's "
+        f"official training logs at the nearest logged step at or below {steps}; tolerance ±{TOLERANCE}:",
+        "",
+        "| run | metric | seeds | ours | log (step) | within |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        log = f"{r['log']:.3f} ({r['log_step']})" if r["log_step"] is not None else "(no log this early)"
+        ours = f"{r['mean']:.3f} ± {r['std']:.3f}" if r["mean"] is not None else "(no finished run)"
+        lines.append(f"| {r['run']} | {r['metric']} | {r['seeds']} | {ours} | {log} | {'yes' if r['within'] else 'no'} |")
+    lines += ["", "The reproduction's own report, with every run and claim: `reproduce.md`.", ""]
+    return "\n".join(lines)
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool = False,
+              tests: Sequence[str] = ("tests",), bench: Sequence[str] = BENCH_SECTIONS, work: Path | None = None,
+              command: str = "") -> dict[str, Any]:
+    """Run the check (see the module docstring) into ``out``; returns what ``device_check.json`` holds."""
+    clock = Clock(budget)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="device-check-")) if work is None else work
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    plan = tiny_plan() if tiny else paper_plan()
+    record: list[Step] = []
+
+    step = Step("CUDA tests (pytest -m cuda)")
+    record.append(step)
+    log = out / "tests.txt"
+    code = run_logged([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", *tests], log,
+                      min(150.0, 0.3 * clock.left()), step, env)
+    step.finished, step.outcome = code in (0, 5), last_line(log)
+
+    step = Step("icl bench --device " + device)
+    record.append(step)
+    log = out / "bench.txt"
+    argv = [sys.executable, "-m", "identifiable_cl.cli", "bench", "--device", device, "--only", *bench]
+    code = run_logged(argv + (["--quick"] if tiny else []), log, min(180.0, 0.35 * clock.left()), step, env)
+    step.finished, step.outcome = code == 0, f"{len((log).read_text().splitlines())} lines"
+
+    walls = []
+    r24_log = out / "r24.log"
+    for n in plan.pilots:
+        step = Step(f"R24 pilot, {n} steps")
+        record.append(step)
+        folder = experiment_copy(plan, n, work / f"experiment-{n}")
+        code = run_logged(reproduce_argv(folder, plan, work / f"pilot-{n}"), r24_log, 0.25 * clock.left(), step, env)
+        step.finished, step.outcome = code is not None, f"exit {code}; {step.wall_s:.1f} s"
+        walls.append(step.wall_s)
+    steps, a, b, why = choose_steps(plan.pilots, (walls[0], walls[1]), clock.left() - 15, plan.candidates,
+                                    plan.granularity)
+    why += f" (fixed cost a = {a:.1f} s, b = {1e3 * b:.2f} ms per step of the whole reproduction)"
+    step = Step(f"R24 paper scale, {steps} steps")
+    record.append(step)
+    folder = experiment_copy(plan, steps, work / "experiment")
+    full = work / "reproduce"
+    code = run_logged(reproduce_argv(folder, plan, full), r24_log, clock.left() - 10, step, env)
+    step.finished, step.outcome = code is not None, f"exit {code}; {last_line(r24_log)}"
+    if (full / "results.md").is_file():
+        (out / "reproduce.md").write_text((full / "results.md").read_text())
+
+    rows = comparison(summaries(full, plan.scale), steps)
+    name = device_name(device)
+    (out / "results.md").write_text(markdown(name, plan, steps, why, rows, record, command))
+    data = {"device": name, "torch": _torch_version(), "budget_s": budget, "steps": steps, "why": why,
+            "pilots": dict(zip(map(str, plan.pilots), walls)), "fixed_s": a, "step_s": b,
+            "record": [asdict(s) for s in record], "comparison": rows, "work": str(work)}
+    (out / "device_check.json").write_text(json.dumps(data, indent=2))
+    return data
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m identifiable_cl.benchmarks.device_check",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="folder for the check's files")
+    parser.add_argument("--budget", type=float, default=540.0, help="seconds for the whole check (default: 540)")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="where to bench (default: cuda)")
+    parser.add_argument("--tiny", action="store_true", help="check the plumbing in seconds (any machine)")
+    parser.add_argument("--tests", nargs="+", default=["tests"], help="test paths for pytest -m cuda (default: tests)")
+    parser.add_argument("--bench", nargs="+", default=list(BENCH_SECTIONS), help="bench sections")
+    parser.add_argument("--work", help="folder for the runs (default: a new temporary folder)")
+    args = parser.parse_args(argv)
+    if not args.budget > 0:
+        parser.error(f"--budget={args.budget}: must be a positive number of seconds")
+    command = " ".join(["python -m identifiable_cl.benchmarks.device_check", *(argv if argv is not None else sys.argv[1:])])
+    data = run_check(Path(args.out), args.budget, args.device, args.tiny, args.tests, args.bench,
+                     Path(args.work) if args.work else None, command)
+    print((Path(args.out) / "results.md").read_text())
+    return 0 if all(s["finished"] for s in data["record"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The run path on a CUDA device: samplers, training and its exact resume, batched packs, the bench sections.
+
+Every test here is marked ``cuda`` and skipped without a CUDA device (``pytest -m cuda`` selects them;
+the device check runs them on a GPU machine).
+"""
+
+import time
+
+import pytest
+import torch
+
+import dgp
+from identifiable_cl import rundir
+from identifiable_cl.benchmarks import sections as bench
+from identifiable_cl.packing import batched_by_default, run_packed
+from identifiable_cl.training import Trainer
+from tests.test_packing import configs, losses
+from tests.test_training import tiny_config
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+@pytest.fixture(autouse=True)
+def _no_figures(monkeypatch):
+    import identifiable_cl.training as training
+
+    monkeypatch.setattr(training, "draw_figures_if_possible", lambda run_dir: {})
+
+
+@pytest.mark.parametrize("label,cfg", bench.SAMPLING_CASES, ids=[label for label, _ in bench.SAMPLING_CASES])
+def test_samplers_on_cuda_draw_the_distribution_the_cpu_draws(label, cfg):
+    """Same process (parameters moved, not redrawn), independent streams: the positives' displacement
+    z⁺ − z and the observations x agree in mean and second moment within 6 standard errors."""
+    n = 20000
+    cpu = dgp.build_process({**cfg, "mixing": {"name": "mlp", "cond_draws": 200}, "dtype": "float64"}, seed=0)
+    cuda = dgp.build_process({**cfg, "mixing": {"name": "mlp", "cond_draws": 200}, "dtype": "float64"}, seed=0).to("cuda")
+    assert cuda.fingerprint() == cpu.fingerprint()
+    a = cpu.sample(n, cpu.make_generator(1))
+    b = cuda.sample(n, cuda.make_generator(2))
+    for name, f in (("z", lambda s: s.z), ("x", lambda s: s.x), ("z+ - z", lambda s: s.z_pos - s.z)):
+        u, v = f(a), f(b).cpu()
+        for power in (1, 2):
+            mu, mv = u**power, v**power
+            se = (mu.var(0) / n + mv.var(0) / n).sqrt().clamp_min(1e-12)
+            assert ((mu.mean(0) - mv.mean(0)).abs() / se).max() < 6, (label, name, power)
+
+
+def test_training_on_cuda_resumes_as_the_uninterrupted_run(tmp_path):
+    extra = {"device": "cuda", "dgp.dtype": "float64", "train.log_every": 5}
+    full = Trainer.create(tiny_config(**extra, **{"train.steps": 60}), tmp_path / "full", progress=False).run()
+    Trainer.create(tiny_config(**extra, **{"train.steps": 30}), tmp_path / "half", progress=False).run()
+    resumed = Trainer.resume(tmp_path / "half", {"train.steps": 60}, progress=False).run()
+    assert losses(tmp_path / "half") == pytest.approx(losses(tmp_path / "full"), rel=1e-9)
+    assert resumed["r2_linear"] == pytest.approx(full["r2_linear"], rel=1e-9)
+    assert rundir.read_json(tmp_path / "full" / rundir.META)["device"].startswith("cuda")
+
+
+def test_packs_on_cuda_step_batched_and_follow_the_runs_alone(tmp_path):
+    cfgs = [{**c, "device": "cuda"} for c in configs({})]
+    alone = [Trainer.create(c, tmp_path / f"alone{i}", progress=False).run() for i, c in enumerate(cfgs)]
+    trainers = [Trainer.create(c, tmp_path / f"packed{i}", progress=False) for i, c in enumerate(cfgs)]
+    assert batched_by_default([t.c for t in trainers])
+    packed = run_packed(trainers)
+    for i, (a, p) in enumerate(zip(alone, packed)):
+        assert losses(tmp_path / f"packed{i}") == pytest.approx(losses(tmp_path / f"alone{i}"), rel=1e-6)
+        assert p["r2_linear"] == pytest.approx(a["r2_linear"], rel=1e-6)
+
+
+def test_bench_sections_run_on_cuda(monkeypatch):
+    device = bench.bench_device("cuda")
+    lines: list[str] = []
+    rows = bench.bench_loss(batches=(64,), reps=1, memory=True, device=device, print_fn=lines.append)
+    assert all(r["eager"] > 0 and r["peak_mib"] > 0 for r in rows) and "on cuda" in lines[0]
+    rows = bench.bench_training(batches=(64,), steps=1, device=device, print_fn=lines.append)
+    assert all(r["steps_per_s"] > 0 and r["host_syncs"] is not None for r in rows)
+    out = bench.bench_precision(batch=64, steps=1, device=device, print_fn=lines.append)
+    assert out["fp32"] > 0 and out["bf16"] > 0 and "fp32_onednn" not in out
+    monkeypatch.setattr(bench, "PACKING_CASES", [("tiny", None, {"encoder.widths": [8], "train.batch_size": 16})])
+    rows = bench.bench_packing(sizes=(1, 4), steps=1, device=device, print_fn=lines.append)
+    assert [r["k"] for r in rows] == [1, 4]
+    assert lines[-1] == "packs on this device take one batched step unless told (identifiable_cl.packing)"
+
+
+def test_cuda_events_agree_with_the_synchronised_wall_clock():
+    x = torch.randn(4096, 4096, device="cuda")
+
+    def work():
+        for _ in range(20):
+            x @ x
+
+    events = bench.timed(work, reps=3, device=torch.device("cuda"))
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    work()
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    assert 0.5 < events / wall < 2

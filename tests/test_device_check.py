@@ -1,0 +1,86 @@
+"""The prepared GPU check: its step choice, its experiment copy, and one whole run on the CPU with --tiny."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from identifiable_cl.benchmarks import device_check as dc
+from identifiable_cl.benchmarks import sections as bench
+from identifiable_cl.cli import main as icl
+from identifiable_cl.reproduce.experiment import load_experiment
+
+
+@pytest.mark.parametrize("left,want", [(1000.0, 100000), (500.0, 50000), (200.0, 32000), (20.0, 500)])
+def test_steps_are_measured_then_chosen(left, want):
+    # pilots: 100 steps in 20.5 s, 500 steps in 22.5 s -> a = 20 s, b = 5 ms a step
+    steps, a, b, why = dc.choose_steps((100, 500), (20.5, 22.5), left, (100000, 50000), 1000)
+    assert (steps, a, b) == (want, pytest.approx(20.0), pytest.approx(0.005))
+    assert str(steps) in why
+    if want <= 50000:
+        assert a + b * want <= 0.9 * left or want == 500
+
+
+def test_a_slope_lost_in_noise_is_replaced_by_the_longer_pilots_wall_per_step():
+    steps, a, b, _ = dc.choose_steps((100, 500), (30.0, 29.0), 3000.0, (100000, 50000), 1000)
+    assert b == pytest.approx(29.0 / 500) and a == pytest.approx(30.0 - 100 * 29.0 / 500)
+    assert steps == int((2700 - a) / b) // 1000 * 1000 == 46000
+
+
+def test_the_official_log_column_at_or_below_the_steps_taken():
+    assert dc.logged_column(100000, "aninfonce_bimodal") == 100000
+    assert dc.logged_column(73000, "aninfonce_linear") == 50000
+    assert dc.logged_column(9999, "aninfonce_linear") is None
+
+
+def test_the_experiment_copy_changes_only_the_steps_and_cadences(tmp_path):
+    original = load_experiment(dc.EXPERIMENT)
+    copy = load_experiment(dc.experiment_copy(dc.paper_plan(), 50000, tmp_path / "x"))
+    for run in original.runs:
+        want = original.config(run.label, "paper")
+        got = copy.config(run.label, "paper")
+        assert got["train"].pop("steps") == 50000 and want["train"].pop("steps") == 100000
+        assert got == want, run.label
+    short = load_experiment(dc.experiment_copy(dc.paper_plan(), 500, tmp_path / "y")).config("aninfonce_bimodal", "paper")
+    assert short["train"]["eval_every"] == short["train"]["checkpoint_every"] == 500
+    assert short["eval"]["in_sample_n"] == 4096  # the official logs' in-sample scores exist at paper scale
+
+
+def test_comparison_against_the_logs():
+    found = {"aninfonce_bimodal": [{"r2_linear_in_sample": 0.99, "mcc_pearson_in_sample": 0.70},
+                                   {"r2_linear_in_sample": 0.98, "mcc_pearson_in_sample": 0.60}]}
+    rows = {(r["run"], r["metric"]): r for r in dc.comparison(found, 50000)}
+    r2 = rows["aninfonce_bimodal", "r2_linear_in_sample"]
+    assert (r2["seeds"], r2["log"], r2["log_step"], r2["within"]) == (2, 0.995, 50000, True)
+    assert r2["mean"] == pytest.approx(0.985) and r2["std"] == pytest.approx(0.005)
+    assert not rows["aninfonce_bimodal", "mcc_pearson_in_sample"]["within"]  # 0.65 against 0.675
+    assert rows["aninfonce_linear", "r2_linear_in_sample"]["mean"] is None
+
+
+def test_tiny_check_runs_end_to_end_on_the_cpu(tmp_path):
+    out = tmp_path / "out"
+    code = dc.main([str(out), "--tiny", "--device", "cpu", "--budget", "300", "--work", str(tmp_path / "work"),
+                    "--tests", str(Path(__file__).parent / "test_registry.py"), "--bench", "packing"])
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bench.txt", "device_check.json", "r24.log", "reproduce.md", "results.md", "tests.txt"]
+    data = json.loads((out / "device_check.json").read_text())
+    assert [s["finished"] for s in data["record"]] == [True] * 5
+    assert data["steps"] in (12, 8) and set(data["pilots"]) == {"2", "4"}
+    row = next(r for r in data["comparison"] if r["run"] == "aninfonce_bimodal" and r["metric"] == "r2_linear_in_sample")
+    assert row["seeds"] == 1 and -1 < row["mean"] <= 1 and row["log_step"] is None
+    assert "packed runs on cpu" in (out / "bench.txt").read_text()
+    text = (out / "results.md").read_text()
+    assert f"R24 at paper scale: {data['steps']} steps" in text and "aninfonce_bimodal" in text
+    assert "# " in (out / "reproduce.md").read_text()
+
+
+def test_bench_device_choice(capsys):
+    assert bench.bench_device(None).type in ("cpu", "cuda")
+    assert bench.bench_device("cpu").type == "cpu"
+    with pytest.raises(ValueError, match=r"--device='tpu' is invalid: allowed cpu, cuda"):
+        bench.bench_device("tpu")
+    if not __import__("torch").cuda.is_available():
+        assert icl(["bench", "--device", "cuda", "--only", "loss"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == "icl bench: error: --device=cuda: CUDA is not available on this machine; use --device=cpu"

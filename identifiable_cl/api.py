@@ -26,8 +26,8 @@ from typing import Any, Mapping, Sequence
 
 from dgp import Batch, Process, build_process, check_process, load_process  # noqa: F401  (the API)
 from identifiable_cl import API
-from identifiable_cl.components import Components, build, check, load_run  # noqa: F401
-from identifiable_cl.config import SCHEMA, flat_keys, load_config, parse_overrides  # noqa: F401
+from identifiable_cl.components import Components, build, check, load_config, load_run  # noqa: F401
+from identifiable_cl.config import SCHEMA, flat_keys, parse_overrides  # noqa: F401
 from identifiable_cl.training import Trainer, evaluate_run  # noqa: F401
 
 

@@ -1,5 +1,6 @@
 """A run's components: checked and built from a config, saved in a checkpoint, loaded back from a run directory.
 
+:func:`load_config` resolves a config (defaults, a YAML file or preset, overrides) and checks it.
 :func:`check` is the one full check of a config: every key's type and range,
 then every component built cheaply (the process without its expensive draws,
 see :func:`dgp.check_process`; the encoder; the loss), the rules between them
@@ -18,7 +19,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -27,7 +28,15 @@ import dgp
 from dgp.checks import canonical, fail
 from dgp.seeding import stream_seed
 from identifiable_cl import linear, rundir
-from identifiable_cl.config import merge_layer, validate
+from identifiable_cl.config import (
+    DEFAULTS,
+    fill_new_keys,
+    merge_layer,
+    parse_overrides,
+    read_yaml_mapping,
+    resolve_config_path,
+    validate,
+)
 from identifiable_cl.encoders import ENCODERS
 from identifiable_cl.losses import LOSSES
 
@@ -135,6 +144,23 @@ def check(config: Mapping[str, Any]) -> None:
         raise
 
 
+def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> dict[str, Any]:
+    """The resolved, fully checked config: defaults ← YAML file (or preset) ← overrides.
+
+    Checked by :func:`identifiable_cl.config.validate` and :func:`check`, so a config this
+    returns builds and trains.
+    """
+    config = copy.deepcopy(DEFAULTS)
+    if path is not None:
+        path = resolve_config_path(path)
+        config = merge_layer(config, read_yaml_mapping(path), str(path))
+    if not isinstance(overrides, Mapping):
+        overrides = parse_overrides(overrides)
+    config = merge_layer(config, overrides, "the command line")
+    check(config)
+    return config
+
+
 def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Components:
     """Check ``config`` (:func:`check`), then build process (unless given), encoder, loss and optimizer."""
     config = copy.deepcopy(dict(config))
@@ -207,7 +233,7 @@ def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_
     checkpoint = run_dir / rundir.CHECKPOINT
     if need_checkpoint and not checkpoint.is_file():
         raise ValueError(f"{str(run_dir)!r} has no {rundir.CHECKPOINT}: the run never reached its first step")
-    config = rundir.read_config(run_dir)
+    config = fill_new_keys(rundir.read_config(run_dir))
     for key in overrides or {}:
         if key.split(".")[0] not in RESUMABLE and not _saved_as(config, key, overrides[key]):
             fail(key, overrides[key], "cannot be changed on resume; only train.*, eval.*, device and wandb.* can")

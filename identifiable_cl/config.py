@@ -435,25 +435,6 @@ def read_yaml_mapping(path: Path, what: str = "config file") -> Mapping[str, Any
     return layer
 
 
-def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> dict[str, Any]:
-    """The resolved, fully checked config: defaults ← YAML file (or preset) ← overrides.
-
-    Checked by :func:`validate` and :func:`identifiable_cl.components.check`, so a config
-    this returns builds and trains.
-    """
-    from identifiable_cl.components import check
-
-    config = copy.deepcopy(DEFAULTS)
-    if path is not None:
-        path = resolve_config_path(path)
-        config = merge_layer(config, read_yaml_mapping(path), str(path))
-    if not isinstance(overrides, Mapping):
-        overrides = parse_overrides(overrides)
-    config = merge_layer(config, overrides, "the command line")
-    check(config)
-    return config
-
-
 def fill_new_keys(config: dict[str, Any]) -> dict[str, Any]:
     """Add every non-component key missing from ``config`` (a run saved before the key existed): its
     ``legacy`` value where it has one, else its default."""

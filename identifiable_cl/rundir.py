@@ -34,6 +34,7 @@ import yaml
 
 import identifiable_cl
 from dgp.files import load_tensors
+from identifiable_cl.config import read_yaml_mapping
 
 CONFIG, META, DGP, CHECKPOINT, METRICS, SUMMARY, READOUT = (
     "config.yaml",
@@ -145,10 +146,8 @@ def write_config(run_dir: Path, config: Mapping[str, Any]) -> None:
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
-    """The run's saved config, with the defaults of keys added since it was saved."""
-    from identifiable_cl.config import fill_new_keys, read_yaml_mapping
-
-    return fill_new_keys(copy.deepcopy(dict(read_yaml_mapping(Path(run_dir) / CONFIG))))
+    """The run's saved config as written (:func:`identifiable_cl.components.load_run` upgrades it)."""
+    return copy.deepcopy(dict(read_yaml_mapping(Path(run_dir) / CONFIG)))
 
 
 def append_metrics(run_dir: Path, records: Iterable[Mapping[str, Any]]) -> None:

@@ -56,7 +56,7 @@ def tiny():
 @pytest.fixture(scope="session")
 def finished(tmp_path_factory, tiny):
     """A finished tiny run (trained once per session; copy it with the ``run`` fixture before changing it)."""
-    from identifiable_cl.config import load_config
+    from identifiable_cl.components import load_config
     from identifiable_cl.training import Trainer
 
     run = tmp_path_factory.mktemp("finished") / "run"

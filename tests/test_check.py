@@ -8,7 +8,7 @@ import yaml
 
 import dgp
 from identifiable_cl.cli import main
-from identifiable_cl.config import load_config
+from identifiable_cl.components import load_config
 
 BAD = [
     ({"loss.similarity": "cosine", "encoder.normalize": "none"}, "encoder.normalize='none' is invalid"),

@@ -1,6 +1,7 @@
 import pytest
 
-from identifiable_cl.config import DEFAULTS, load_config, parse_overrides
+from identifiable_cl.config import DEFAULTS, parse_overrides
+from identifiable_cl.components import load_config
 
 
 def test_defaults_validate():

@@ -12,7 +12,8 @@ from identifiable_cl import rundir
 from identifiable_cl.arguments import split
 from identifiable_cl.aggregate import FORMATS, FORMATTERS, Run, format_latex, group_runs, latex_escape
 from identifiable_cl.cli import main
-from identifiable_cl.config import COMPONENT_SECTIONS, LEAVES, load_config
+from identifiable_cl.config import COMPONENT_SECTIONS, LEAVES
+from identifiable_cl.components import load_config
 from identifiable_cl.sweeps.local import write_params
 
 

@@ -9,7 +9,7 @@ from torch.nn import functional as F
 
 from identifiable_cl import linear, rundir
 from identifiable_cl.components import build
-from identifiable_cl.config import load_config
+from identifiable_cl.components import load_config
 from identifiable_cl.linear import Linear, blas_only, prefers_onednn, resolve, use_backend
 
 needs_onednn = pytest.mark.skipif(linear._operator() is None, reason="this torch has no oneDNN CPU operator")

@@ -117,7 +117,8 @@ def test_each_packed_run_has_its_own_wandb_run(tmp_path, monkeypatch):
 def test_sweep_runs_in_packs_with_a_status_each(tmp_path):
     import yaml
 
-    from identifiable_cl.sweeps.local import PACK, STATUS, run_sweep, train_position
+    from identifiable_cl.sweeps.local import PACK, STATUS, train_position
+    from identifiable_cl.sweeps.search import run_sweep
     from identifiable_cl.sweeps.spec import load_sweep
 
     params = {k: {"value": v} for k, v in {**TINY, "train.steps": 10}.items()}

@@ -119,7 +119,8 @@ def test_names_from_config_else_env_else_defaults(tmp_path):
 
 
 def test_config_is_logged_once_as_flat_dotted_keys(tmp_path):
-    from identifiable_cl.config import flat_keys, load_config
+    from identifiable_cl.config import flat_keys
+    from identifiable_cl.components import load_config
 
     config = load_config(None, {"loss.tau": 0.3})
     kwargs = init_arguments(config, tmp_path / "run", {"NETRC": str(tmp_path / "absent")})
@@ -234,7 +235,8 @@ def test_trainer_run_logs_exactly_its_own_files(tmp_path, monkeypatch, no_creden
     import wandb
 
     from identifiable_cl import rundir
-    from identifiable_cl.config import flat_keys, load_config
+    from identifiable_cl.config import flat_keys
+    from identifiable_cl.components import load_config
     from identifiable_cl.training import Trainer
 
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -273,7 +275,7 @@ def test_a_local_sweep_is_synced_by_one_glob(tmp_path, monkeypatch, no_credentia
 
     import yaml
 
-    from identifiable_cl.sweeps.local import run_sweep
+    from identifiable_cl.sweeps.search import run_sweep
     from identifiable_cl.sweeps.spec import load_sweep
 
     monkeypatch.setenv("ICL_CACHE", os.environ.get("ICL_CACHE") or str(Path.home() / ".cache" / "identifiable_cl"))

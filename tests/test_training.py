@@ -5,7 +5,7 @@ import torch
 
 from identifiable_cl import rundir
 from identifiable_cl.cli import main
-from identifiable_cl.config import load_config
+from identifiable_cl.components import load_config
 from identifiable_cl.training import NonFiniteLoss, Trainer
 
 TINY = {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from identifiable_cl.config import OVERRIDE, dump, key_listing, load_config, parse_overrides
+from identifiable_cl.config import OVERRIDE, dump, key_listing, parse_overrides
+from identifiable_cl.components import load_config
 
 
 def run(args: argparse.Namespace) -> int:

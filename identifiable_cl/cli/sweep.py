@@ -96,7 +96,7 @@ def _devices(text: str | None) -> list[str] | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from identifiable_cl.sweeps.local import run_sweep
+    from identifiable_cl.sweeps.search import run_sweep
     from identifiable_cl.sweeps.plan import plan_runs, rendered_train_arguments
 
     spec = load_sweep(sweep_file(args.file))

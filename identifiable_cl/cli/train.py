@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 
 from identifiable_cl import arguments
 from identifiable_cl.cli.tables import results_table
-from identifiable_cl.config import key_listing, load_config, parse_overrides
+from identifiable_cl.config import key_listing, parse_overrides
+from identifiable_cl.components import load_config
 
 def default_run_dir(out: Path, config: Mapping[str, Any]) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -69,7 +69,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from identifiable_cl.config import COMPONENT_SECTIONS, load_config, read_yaml_mapping
+from identifiable_cl.components import load_config
+from identifiable_cl.config import COMPONENT_SECTIONS, read_yaml_mapping
 from identifiable_cl.packaged import EXPERIMENTS_DIR
 from identifiable_cl.reproduce.claims import Claim
 from identifiable_cl.sweeps.spec import is_config_key, parse_sweep

@@ -54,7 +54,7 @@ import yaml
 
 from dgp.files import load_tensors
 from identifiable_cl.rundir import read_metrics, write_json
-from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
+from identifiable_cl.sweeps.plan import PlannedRun
 from identifiable_cl.sweeps.render import describe, render_command
 from identifiable_cl.sweeps.spec import SweepSpec
 
@@ -517,39 +517,3 @@ def report(spec: SweepSpec, out: str | Path, ordered: Sequence[Outcome], echo: C
     )
     for o in failed:
         echo(f"  {o.shown}: {o.run.run_id} exit {o.exit_code}, log {o.run.folder / LOG}")
-
-
-def run_sweep(
-    spec: SweepSpec,
-    out: str | Path,
-    *,
-    workers: int = 1,
-    count: int | None = None,
-    seed: int = 0,
-    devices: Sequence[str] | None = None,
-    pack: int = 1,
-    echo: Callable[[str], None] = print,
-) -> list[Outcome]:
-    """Run every planned run not finished before, ``workers`` processes at a time, each training
-    up to ``pack`` compatible runs as one pack; outcomes in plan order. With ``early_terminate``
-    in the file, hyperband (:mod:`identifiable_cl.sweeps.search`) stops runs early."""
-    from identifiable_cl.sweeps.search import hyperband_watch
-
-    check_options(workers, pack, devices)
-    runs = plan_runs(spec, out, count=count, seed=seed)
-    watch = hyperband_watch(spec, Path(out) / spec.name)
-    if watch is not None and pack > 1:
-        raise ValueError("--pack: early stopping (early_terminate) stops runs one by one; run without --pack")
-    todo = [r for r in runs if not is_finished(r.folder)]
-    groups = iter(pack_groups(spec, todo, pack) if pack > 1 else [[run] for run in todo])
-    write_sweep_file(spec, Path(out))
-    outcomes = {r.index: Outcome(r, "skipped", 0, 0.0) for r in runs}
-    packed = " in packs" if pack > 1 else ""
-    echo(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} finished before, {len(todo)} to run{packed}, "
-         f"{workers} at a time")
-    for outcome in run_groups(spec, lambda: next(groups, None), len(todo), workers=workers, devices=devices,
-                              echo=echo, watch=watch):
-        outcomes[outcome.run.index] = outcome
-    ordered = [outcomes[r.index] for r in runs]
-    report(spec, out, ordered, echo)
-    return ordered

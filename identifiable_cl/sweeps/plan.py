@@ -61,7 +61,8 @@ def train_arguments(command: list[Any]) -> tuple[str | None, list[str]]:
 
 def run_config(spec: SweepSpec, params: Mapping[str, Any]) -> dict[str, Any]:
     """The resolved config this run's ``icl train`` builds (a ValueError names the key)."""
-    from identifiable_cl.config import load_config, parse_overrides
+    from identifiable_cl.components import load_config
+    from identifiable_cl.config import parse_overrides
 
     config_file, overrides = rendered_train_arguments(spec, params)
     return load_config(config_file, parse_overrides(overrides))

@@ -1,4 +1,7 @@
-"""``method: bayes`` and ``early_terminate: hyperband`` on this machine, driven by W&B's engine.
+"""Running a sweep file on this machine by its method: a plan (grid, random) or W&B's engine (bayes), with
+``early_terminate: hyperband``; the runs themselves are executed by :mod:`identifiable_cl.sweeps.local`.
+
+:func:`run_sweep` runs a grid or random sweep's planned runs (packed when asked).
 
 A bayes sweep has no plan: the engine (:mod:`identifiable_cl.sweeps.engine`) proposes each
 run from the runs so far, one proposal at a time even with parallel workers, until
@@ -28,10 +31,10 @@ from identifiable_cl import rundir
 from identifiable_cl.sweeps import engine
 from identifiable_cl.sweeps.expand import random_points
 from identifiable_cl.sweeps.local import (
-    PARAMS, RUN, WATCH_EVERY, Outcome, check_options, read_params, read_status, report, run_groups,
-    write_sweep_file,
+    PARAMS, RUN, WATCH_EVERY, Outcome, check_options, is_finished, pack_groups, read_params, read_status, report,
+    run_groups, write_sweep_file,
 )
-from identifiable_cl.sweeps.plan import PlannedRun, check_run, run_id
+from identifiable_cl.sweeps.plan import PlannedRun, check_run, plan_runs, run_id
 from identifiable_cl.sweeps.spec import SweepSpec
 
 CHECKED_POINTS = 20
@@ -86,6 +89,40 @@ def check_space(spec: SweepSpec) -> None:
     points = itertools.islice(random_points(spec.parameters, seed=0), CHECKED_POINTS)
     for index, params in enumerate(points):
         check_run(spec, index, params)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: str | Path,
+    *,
+    workers: int = 1,
+    count: int | None = None,
+    seed: int = 0,
+    devices: Sequence[str] | None = None,
+    pack: int = 1,
+    echo: Callable[[str], None] = print,
+) -> list[Outcome]:
+    """Run every planned run not finished before, ``workers`` processes at a time, each training
+    up to ``pack`` compatible runs as one pack; outcomes in plan order. With ``early_terminate``
+    in the file, hyperband (:func:`hyperband_watch`) stops runs early."""
+    check_options(workers, pack, devices)
+    runs = plan_runs(spec, out, count=count, seed=seed)
+    watch = hyperband_watch(spec, Path(out) / spec.name)
+    if watch is not None and pack > 1:
+        raise ValueError("--pack: early stopping (early_terminate) stops runs one by one; run without --pack")
+    todo = [r for r in runs if not is_finished(r.folder)]
+    groups = iter(pack_groups(spec, todo, pack) if pack > 1 else [[run] for run in todo])
+    write_sweep_file(spec, Path(out))
+    outcomes = {r.index: Outcome(r, "skipped", 0, 0.0) for r in runs}
+    packed = " in packs" if pack > 1 else ""
+    echo(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} finished before, {len(todo)} to run{packed}, "
+         f"{workers} at a time")
+    for outcome in run_groups(spec, lambda: next(groups, None), len(todo), workers=workers, devices=devices,
+                              echo=echo, watch=watch):
+        outcomes[outcome.run.index] = outcome
+    ordered = [outcomes[r.index] for r in runs]
+    report(spec, out, ordered, echo)
+    return ordered
 
 
 def run_search(

@@ -163,7 +163,7 @@ def test_unseeded_init_draws_from_torchs_default_generator():
 
 def test_runs_draw_their_initial_lambda_from_the_root_seed():
     from identifiable_cl.components import models
-    from identifiable_cl.config import load_config
+    from identifiable_cl.components import load_config
     import dgp
 
     def initial(seed, **loss):

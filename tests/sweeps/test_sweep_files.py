@@ -67,7 +67,8 @@ def test_icl_sweep_check_accepts_every_file(tmp_path, capsys):
 def test_every_distinct_run_builds(path, tmp_path):
     """Process, encoder and loss fit together for each distinct choice of the categorical parameters
     (continuous draws change no structure; a short mixing search and a small encoder keep it fast)."""
-    from identifiable_cl.config import load_config, parse_overrides
+    from identifiable_cl.config import parse_overrides
+    from identifiable_cl.components import load_config
     from identifiable_cl.components import build
 
     spec = load_sweep(path)

@@ -9,7 +9,8 @@ import yaml
 
 from identifiable_cl.cli import main
 from identifiable_cl.aggregate import results
-from identifiable_cl.sweeps.local import LOG, PARAMS, RUN, STATUS, read_status, run_sweep
+from identifiable_cl.sweeps.local import LOG, PARAMS, RUN, STATUS, read_status
+from identifiable_cl.sweeps.search import run_sweep
 from identifiable_cl.sweeps.plan import plan_runs, train_arguments
 from identifiable_cl.sweeps.spec import load_sweep
 

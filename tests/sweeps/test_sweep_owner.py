@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from identifiable_cl.aggregate import results
-from identifiable_cl.sweeps.local import STATUS, Busy, claim, read_status, release, run_environment, run_sweep
+from identifiable_cl.sweeps.local import STATUS, Busy, claim, read_status, release, run_environment
+from identifiable_cl.sweeps.search import run_sweep
 from identifiable_cl.sweeps.plan import plan_runs
 from identifiable_cl.sweeps.spec import load_sweep
 
@@ -121,7 +122,7 @@ def test_group_by_an_unknown_key_is_an_error(tmp_path):
 
 def test_an_interrupted_icl_train_run_resumes_from_its_checkpoint(tmp_path, tiny, monkeypatch):
     import identifiable_cl.training as training
-    from identifiable_cl.config import load_config
+    from identifiable_cl.components import load_config
     from identifiable_cl.sweeps.local import PARAMS, RUN, write_params
     from identifiable_cl.training import Interrupted, Trainer
 

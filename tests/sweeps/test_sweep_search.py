@@ -15,8 +15,8 @@ from identifiable_cl.cli import main
 from identifiable_cl.packaged import SWEEPS_DIR
 from identifiable_cl.sweeps import engine
 from identifiable_cl.sweeps.expand import expand
-from identifiable_cl.sweeps.local import read_status, run_sweep
-from identifiable_cl.sweeps.search import read_runs, run_search
+from identifiable_cl.sweeps.local import read_status
+from identifiable_cl.sweeps.search import read_runs, run_search, run_sweep
 from identifiable_cl.sweeps.spec import load_sweep
 
 FAKE = str(Path(__file__).with_name("fake_train.py"))

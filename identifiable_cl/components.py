@@ -121,6 +121,20 @@ def split_encodings(h_all: Tensor, batch: dgp.Batch) -> tuple[Tensor, Tensor, Te
     return h_all[:size], h_all[size : 2 * size], h_neg
 
 
+def precision(c: Components) -> torch.autocast:
+    """bfloat16 autocast for the encoder's forward pass under ``train.precision: bf16``, else a no-op."""
+    return torch.autocast(c.device.type, dtype=torch.bfloat16, enabled=c.config["train"]["precision"] == "bf16")
+
+
+def clip_and_step(c: Components) -> None:
+    """Clip the gradient norm to ``optim.grad_clip`` (when set) and take the optimizer step."""
+    clip = c.config["optim"]["grad_clip"]
+    if clip is not None:
+        nn.utils.clip_grad_norm_([p for g in c.optimizer.param_groups for p in g["params"]], clip)
+    c.optimizer.step()
+
+
+
 def check(config: Mapping[str, Any]) -> None:
     """Everything :func:`build` and the first training step would reject, as a ValueError naming the key.
 

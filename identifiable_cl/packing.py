@@ -5,20 +5,17 @@ p_change, the loss itself ...), not in the encoder's architecture, the data dime
 batch size, the number of DGP negatives, device, dtype or precision (:func:`pack_key`).
 
 One packed step: each run draws its batch from its own process and generator, exactly as
-alone. Batched (the default on a GPU), the K encoders run as one computation, ``torch.func.vmap``
-over their parameters stacked (K, ...) (torch's own batched matrix products, ``linear.blas_only``);
-each run's loss is taken on its own encodings and the K losses are summed, so every run's
-parameters receive exactly their own gradient; each run's optimizer then steps.
-On a CPU the runs take their own steps in turn instead (the default there): the encoders' matrix
-products already keep the cores busy, and the batched pass measured 0.81-1.04x the aggregate
-steps/s of the runs one after the other for the default config and 0.83-0.94x for the reference
-encoder (K = 1-8, a 2-core AMD EPYC with AVX-512, both with torch's BLAS, ``icl bench --only
-packing``), so what a pack shares on a CPU is the process, its start-up and W&B's service; each
-run then follows its stand-alone trajectory exactly. Evaluation, checkpoints, logs and the run
-directory are those of :class:`identifiable_cl.training.Trainer`, one per run, so a packed run's directory
-is the one it would write alone (its ``wall_s`` is the pack's wall time) and it resumes alone.
-A run whose loss stops being finite is recorded as failed and leaves the pack; the others go on.
-"""
+alone. Batched (:func:`batched_step`, the default for a pack on a GPU), the K encoders run as one
+computation, ``torch.func.vmap`` over their parameters stacked (K, ...) (torch's own batched matrix
+products, ``linear.blas_only``); each run's loss is taken on its own encodings and the K losses are
+summed, so every run's parameters receive exactly their own gradient; each run's optimizer then
+steps. On a CPU the runs take their own steps in turn instead (the default there: the encoders'
+matrix products already keep the cores busy, so the batched pass gains nothing; the README's
+Benchmarks section has the figures), and each run follows its stand-alone trajectory exactly.
+The run loop is :func:`identifiable_cl.training.run_packed`, the one every run takes (a single run
+is a pack of one): evaluation, checkpoints, logs and the run directory are those of
+:class:`identifiable_cl.training.Trainer`, one per run, so a packed run's directory is the one it
+would write alone (its ``wall_s`` is the pack's wall time) and it resumes alone."""
 
 from __future__ import annotations
 
@@ -28,9 +25,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from identifiable_cl.components import Components, observations, split_encodings
+from identifiable_cl.components import Components, clip_and_step, observations, precision, split_encodings
 from identifiable_cl.linear import blas_only
-from identifiable_cl.training import NonFiniteLoss, Trainer, clip_and_step, precision, train_step
 
 
 def pack_key(config: Mapping[str, Any]) -> tuple:
@@ -72,15 +68,14 @@ def _stacked(cs: Sequence[Components], kind: str) -> dict[str, Tensor]:
 
 
 def batched_by_default(cs: Sequence[Components]) -> bool:
-    """Whether a pack steps as one batched computation unless told: on a GPU yes, on a CPU no."""
-    return cs[0].device.type != "cpu"
+    """Whether a pack steps as one batched computation unless told: a pack of several runs on a GPU
+    yes; on a CPU, or a single run, no."""
+    return len(cs) > 1 and cs[0].device.type != "cpu"
 
 
-def packed_step(cs: Sequence[Components], batched: bool | None = None) -> list[Tensor]:
-    """One training step of every run in ``cs``, batched or in turn (None: :func:`batched_by_default`;
-    see the module docstring); their losses, on device."""
-    if not (batched_by_default(cs) if batched is None else batched):
-        return [train_step(c) for c in cs]
+def batched_step(cs: Sequence[Components]) -> list[Tensor]:
+    """One training step of every run in ``cs`` as one batched computation (the module docstring);
+    their losses, on device."""
     batches = [c.process.sample(c.config["train"]["batch_size"], c.batches) for c in cs]
     x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])
     params, buffers = _stacked(cs, "named_parameters"), _stacked(cs, "named_buffers")
@@ -99,35 +94,3 @@ def packed_step(cs: Sequence[Components], batched: bool | None = None) -> list[T
     for c in cs:
         clip_and_step(c)
     return [loss.detach() for loss in losses]
-
-
-def run_packed(trainers: Sequence[Trainer], batched: bool | None = None) -> list[dict[str, Any] | BaseException]:
-    """Train ``trainers`` as one pack (``batched`` as in :func:`packed_step`); per run its summary, or
-    the error that stopped it."""
-    check_packable([t.c for t in trainers])
-    results: dict[int, dict[str, Any] | BaseException] = {}
-    active = list(range(len(trainers)))
-    for i in active:
-        trainers[i].open(shared=True)
-        trainers[i].begin()
-    try:
-        while active:
-            running = [i for i in active if not trainers[i].done]
-            losses = packed_step([trainers[i].c for i in running], batched) if running else []
-            for i, loss in zip(running, losses):
-                try:
-                    trainers[i].after_step(loss)
-                except NonFiniteLoss as exc:
-                    trainers[i].close(None)
-                    results[i] = exc
-            for i in [i for i in active if i not in results and trainers[i].done]:
-                summary = trainers[i].end()
-                trainers[i].close(summary)
-                results[i] = summary
-            active = [i for i in active if i not in results]
-    except BaseException:
-        for i in active:
-            if i not in results:
-                trainers[i].close(None)
-        raise
-    return [results[i] for i in range(len(trainers))]

@@ -19,7 +19,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -27,8 +27,18 @@ from tqdm import tqdm
 
 from dgp.seeding import stream_seed
 from identifiable_cl import __version__, linear, rundir
-from identifiable_cl.components import Components, build, checkpoint_state, load_run, observations, split_encodings
+from identifiable_cl.components import (
+    Components,
+    build,
+    checkpoint_state,
+    clip_and_step,
+    load_run,
+    observations,
+    precision,
+    split_encodings,
+)
 from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recovery, linear_readout
+from identifiable_cl.packing import batched_by_default, batched_step, check_packable
 from identifiable_cl.tracking import Tracker, open_tracker
 
 
@@ -56,17 +66,13 @@ def train_step(c: Components) -> Tensor:
     return loss.detach()
 
 
-def precision(c: Components) -> torch.autocast:
-    """bfloat16 autocast for the encoder's forward pass under ``train.precision: bf16``, else a no-op."""
-    return torch.autocast(c.device.type, dtype=torch.bfloat16, enabled=c.config["train"]["precision"] == "bf16")
-
-
-def clip_and_step(c: Components) -> None:
-    """Clip the gradient norm to ``optim.grad_clip`` (when set) and take the optimizer step."""
-    clip = c.config["optim"]["grad_clip"]
-    if clip is not None:
-        nn.utils.clip_grad_norm_([p for g in c.optimizer.param_groups for p in g["params"]], clip)
-    c.optimizer.step()
+def packed_step(cs: Sequence[Components], batched: bool | None = None) -> list[Tensor]:
+    """One training step of every run in ``cs``: one batched computation
+    (:func:`identifiable_cl.packing.batched_step`) or each run's :func:`train_step` in turn (None:
+    :func:`identifiable_cl.packing.batched_by_default`); their losses, on device."""
+    if batched_by_default(cs) if batched is None else batched:
+        return batched_step(cs)
+    return [train_step(c) for c in cs]
 
 
 def encode_fn(encoder: nn.Module) -> Callable[[Tensor], Tensor]:
@@ -81,48 +87,61 @@ def encode_fn(encoder: nn.Module) -> Callable[[Tensor], Tensor]:
     return encode
 
 
+def eval_arguments(e: Mapping[str, Any], final: bool) -> dict[str, Any]:
+    """The sample sizes and options of an evaluation from the config's ``eval`` section (the final
+    evaluation and the identity baseline use the ``final_*`` sizes)."""
+    prefix = "final_" if final else ""
+    return {
+        "n_fit": e[prefix + "n_fit"], "n_test": e[prefix + "n_test"], "n_centres": e[prefix + "n_centres"],
+        "nonlinear": e["nonlinear"], "in_sample": e["in_sample"],
+    }
+
+
+MATCHING = "mcc_matching"
+"""The MCC's matching of latents to dimensions: used for Λ recovery, not reported."""
+
+
+def reported(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The metrics as logged and summarised: without the MCC matchings (:data:`MATCHING`)."""
+    return {k: v for k, v in metrics.items() if not k.endswith(MATCHING)}
+
+
 def evaluation(c: Components, final: bool) -> dict[str, Any]:
     """Held-out metrics at the current step (the final evaluation uses the larger sample sizes)."""
-    e = c.config["eval"]
     generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.step}"))
-    metrics = evaluate(
-        encode_fn(c.encoder),
-        c.process,
-        generator,
-        n_fit=e["final_n_fit"] if final else e["n_fit"],
-        n_test=e["final_n_test"] if final else e["n_test"],
-        n_centres=e["final_n_centres"] if final else e["n_centres"],
-        nonlinear=e["nonlinear"],
-        in_sample=e["in_sample"],
-        rotation_reference=final,
-    )
-    if final and e["in_sample_n"] is not None:
-        generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.step}.in_sample"))
-        metrics.update(in_sample_metrics(encode_fn(c.encoder), c.process, generator, e["in_sample_n"]))
+    metrics = evaluate(encode_fn(c.encoder), c.process, generator, **eval_arguments(c.config["eval"], final),
+                       rotation_reference=final)
+    if final:
+        metrics.update(in_sample_metrics(encode_fn(c.encoder), c, f"eval.{c.step}.in_sample"))
     metrics.update(loss_metrics(c, metrics))
     return metrics
 
 
-def in_sample_metrics(encode: Callable[[Tensor], Tensor], process: Any, generator: torch.Generator,
-                      n: int) -> dict[str, float]:
-    """The scalar linear metrics (R², MCCs, block R²) fitted and scored on the same ``n`` fresh samples,
-    as the reference codes log them; keys get the suffix ``_in_sample``."""
-    scored = evaluate(encode, process, generator, n_fit=n, n_test=2, nonlinear=False, in_sample=True,
+def in_sample_metrics(encode: Callable[[Tensor], Tensor], c: Components, stream: str) -> dict[str, float]:
+    """The scalar linear metrics (R², MCCs, block R²) fitted and scored on the same ``eval.in_sample_n``
+    fresh samples of the random stream ``stream``, as the reference codes log them; keys get the suffix
+    ``_in_sample``. None of them when ``eval.in_sample_n`` is null."""
+    n = c.config["eval"]["in_sample_n"]
+    if n is None:
+        return {}
+    generator = c.process.make_generator(stream_seed(c.config["seed"], stream))
+    scored = evaluate(encode, c.process, generator, n_fit=n, n_test=2, nonlinear=False, in_sample=True,
                       rotation_reference=False)
     return {f"{k}_in_sample": v for k, v in scored.items() if isinstance(v, float)}
 
 
 def loss_metrics(c: Components, metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """The loss's own parameters (τ, Λ̂ ...) and, when both exist, Λ recovery against the truth."""
+    """The loss's own logs (τ, Λ̂ ...) and, when the loss learns a Λ̂ (its ``lambda_hat`` log) and the
+    process has a true Λ, both as ``lambda_learned`` / ``lambda_true`` and Λ recovery against the truth."""
     out: dict[str, Any] = dict(c.loss.logs()) if hasattr(c.loss, "logs") else {}
-    learned = getattr(c.loss, "lambda_hat", None)
+    learned = out.get("lambda_hat")
     truth = c.process.lambda_true
     if learned is not None:
-        out["lambda_learned"] = learned.detach().cpu().tolist()
+        out["lambda_learned"] = learned
     if truth is not None:
         out["lambda_true"] = truth.cpu().tolist()
-    if learned is not None and truth is not None and "mcc_matching" in metrics and len(out["lambda_learned"]) == len(out["lambda_true"]):
-        rec = lambda_recovery(learned.detach().cpu(), truth.cpu(), metrics["mcc_matching"])
+    if learned is not None and truth is not None and MATCHING in metrics and len(learned) == len(out["lambda_true"]):
+        rec = lambda_recovery(learned, truth.cpu(), metrics[MATCHING])
         out.update({f"lambda_{k}": v for k, v in rec.items()})
     return out
 
@@ -167,8 +186,36 @@ def draw_figures_if_possible(run_dir: Path) -> dict[str, Path]:
         return {}
 
 
+class Progress:
+    """A run's progress display. ``mode``: True, a tqdm bar; None, the bar on a terminal, else one
+    :func:`progress_line` on stdout at every log and evaluation step; False, neither."""
+
+    def __init__(self, mode: bool | None, steps: int, step: int):
+        self.steps, self.start_step, self.started, self.latest = steps, step, time.perf_counter(), None
+        self.lines = mode is None and not getattr(sys.stderr, "isatty", lambda: False)()
+        self.bar = tqdm(total=steps, initial=step, disable=mode is False or self.lines, dynamic_ncols=True, desc="train")
+
+    def show(self, step: int, loss: float, metrics: Mapping[str, Any] | None, line: bool) -> None:
+        """The loss of a logged step and, at an evaluation, its ``metrics`` (a line only when ``line``)."""
+        if metrics is not None:
+            self.latest = metrics
+            self.bar.set_postfix(loss=f"{loss:.4f}", r2=f"{metrics['r2_linear']:.3f}", mcc=f"{metrics['mcc_pearson']:.3f}",
+                                 refresh=False)
+        else:
+            self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        if self.lines and line:
+            rate = (step - self.start_step) / max(time.perf_counter() - self.started, 1e-9)
+            print(progress_line(step, self.steps, loss, self.latest, rate), flush=True)
+
+    def update(self) -> None:
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 class Trainer:
-    """Runs one training job into a run directory. ``run()`` returns the summary dict."""
+    """One run's directory, evaluations, checkpoints and summary; ``run()`` trains it and returns the summary."""
 
     def __init__(self, c: Components, run_dir: Path, progress: bool | None = None):
         self.c = c
@@ -222,20 +269,11 @@ class Trainer:
         self.tracker.log(record["step"], record)
 
     def run(self) -> dict[str, Any]:
-        self.open()
-        try:
-            self.begin()
-            while not self.done:
-                self.after_step(train_step(self.c))
-            summary = self.end()
-        except KeyboardInterrupt:
-            self.close(None)
-            raise Interrupted(self.interrupted_message()) from None
-        except BaseException:
-            self.close(None)
-            raise
-        self.close(summary)
-        return summary
+        """Train to ``train.steps`` (a pack of one, :func:`run_packed`); the summary, or the error that stopped it."""
+        result = run_packed([self], shared=False)[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def interrupted_message(self) -> str:
         """What an interruption kept, and the command that continues the run."""
@@ -256,37 +294,28 @@ class Trainer:
         self.tracker.finish(summary)
 
     def identity(self) -> dict[str, Any]:
-        if "identity" not in self.c.extra:
-            e = self.c.config["eval"]
-            generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.identity"))
-            base = identity_baseline(
-                self.c.process, generator, n_fit=e["final_n_fit"], n_test=e["final_n_test"],
-                n_centres=e["final_n_centres"], nonlinear=e["nonlinear"], in_sample=e["in_sample"], rotation_reference=False,
-            )
-            if e["in_sample_n"] is not None:
-                generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.identity.in_sample"))
-                scored = in_sample_metrics(lambda x: x, self.c.process, generator, e["in_sample_n"])
-                base.update({f"identity_{k}": v for k, v in scored.items()})
-            self.c.extra["identity"] = {k: v for k, v in base.items() if not k.startswith("identity_mcc_matching")}
-        return self.c.extra["identity"]
+        """The identity baseline g(z) at the final evaluation's sizes (measured once, kept in the checkpoint)."""
+        c = self.c
+        if "identity" not in c.extra:
+            generator = c.process.make_generator(stream_seed(c.config["seed"], "eval.identity"))
+            base = identity_baseline(c.process, generator, **eval_arguments(c.config["eval"], final=True),
+                                     rotation_reference=False)
+            scored = in_sample_metrics(lambda x: x, c, "eval.identity.in_sample")
+            base.update({f"identity_{k}": v for k, v in scored.items()})
+            c.extra["identity"] = reported(base)
+        return c.extra["identity"]
 
     @property
     def done(self) -> bool:
         return self.c.step >= self.c.config["train"]["steps"]
 
     def begin(self) -> None:
-        """Before the first step: the identity baseline, the initial checkpoint, the progress display.
-
-        ``progress``: True, the tqdm bar; None, the bar on a terminal, else one
-        :func:`progress_line` on stdout at every log and evaluation step; False, neither.
-        """
-        c, t = self.c, self.c.config["train"]
+        """Before the first step: the identity baseline, the initial checkpoint, the progress display."""
+        c = self.c
         self._identity = self.identity()
         if c.step == 0:
             self.save_checkpoint()
-        self._lines = self.progress is None and not getattr(sys.stderr, "isatty", lambda: False)()
-        self._bar = tqdm(total=t["steps"], initial=c.step, disable=self.progress is False or self._lines,
-                         dynamic_ncols=True, desc="train")
+        self._progress = Progress(self.progress, c.config["train"]["steps"], c.step)
         self._running = torch.zeros((), device=c.device, dtype=torch.float64)
         self._finite = torch.ones((), device=c.device, dtype=torch.bool)
         self._count, self._latest, self._started, self._start_step = 0, {}, time.perf_counter(), c.step
@@ -304,28 +333,19 @@ class Trainer:
         ckpt_now = c.step % t["checkpoint_every"] == 0 or c.step == t["steps"]
         if log_now or eval_now or ckpt_now:
             if not bool(self._finite):
-                self._bar.close()
+                self._progress.close()
                 self.stop(c.step - self._count + 1)
             record: dict[str, Any] = {"step": c.step, "loss": self._running.item() / self._count}
             self._running.zero_()
             self._count = 0
             if eval_now:
-                metrics = evaluation(c, final=c.step == t["steps"])
-                self._latest = metrics
-                record.update({k: v for k, v in metrics.items() if k != "mcc_matching"})
-                self._bar.set_postfix(
-                    loss=f"{record['loss']:.4f}", r2=f"{metrics['r2_linear']:.3f}", mcc=f"{metrics['mcc_pearson']:.3f}",
-                    refresh=False,
-                )
-            else:
-                self._bar.set_postfix(loss=f"{record['loss']:.4f}", refresh=False)
+                self._latest = evaluation(c, final=c.step == t["steps"])
+                record.update(reported(self._latest))
             self.record(record)
-            if self._lines and (log_now or eval_now):
-                rate = (c.step - self._start_step) / max(time.perf_counter() - self._started, 1e-9)
-                print(progress_line(c.step, t["steps"], record["loss"], self._latest, rate), flush=True)
+            self._progress.show(c.step, record["loss"], self._latest if eval_now else None, log_now or eval_now)
             if ckpt_now:
                 self.save_checkpoint()
-        self._bar.update(1)
+        self._progress.update()
 
     def stop(self, first: int) -> None:
         """The loss diverged between step ``first`` and now: record it in ``stopped.json``, raise NonFiniteLoss."""
@@ -343,7 +363,7 @@ class Trainer:
     def end(self) -> dict[str, Any]:
         """After the last step: final checkpoint, summary, readout; returns the summary."""
         c = self.c
-        self._bar.close()
+        self._progress.close()
         wall = time.perf_counter() - self._started
         latest = self._latest or evaluation(c, final=True)  # a resumed finished run is evaluated once more
         c.extra["wall_s"] = c.extra.get("wall_s", 0.0) + wall
@@ -356,7 +376,7 @@ class Trainer:
 
     def summarize(self, metrics: Mapping[str, Any], identity: Mapping[str, Any]) -> dict[str, Any]:
         c = self.c
-        summary = {k: v for k, v in metrics.items() if k != "mcc_matching"}
+        summary = reported(metrics)
         summary.update(identity)
         wall = c.extra["wall_s"]
         summary.update(
@@ -374,6 +394,46 @@ class Trainer:
         generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.readout"))
         z, z_hat, per_dim = linear_readout(encode_fn(self.c.encoder), self.c.process, generator, n_fit=4096, n_test=2048)
         rundir.save_npz(self.run_dir / rundir.READOUT, z=z, z_hat=z_hat, r2_per_dim=per_dim)
+
+
+def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
+               shared: bool = True) -> list[dict[str, Any] | BaseException]:
+    """Train ``trainers`` as one pack (``batched`` as in :func:`packed_step`): the one run loop, a single
+    run being a pack of one. Per run its summary, or the error that stopped it (a loss that stops being
+    finite ends its run only; the others go on). Ctrl-C ends every run as :class:`Interrupted`, its
+    message saying what each kept. ``shared``: the runs' W&B runs share this process's service."""
+    check_packable([t.c for t in trainers])
+    results: dict[int, dict[str, Any] | BaseException] = {}
+    active = list(range(len(trainers)))
+    try:
+        for i in active:
+            trainers[i].open(shared=shared)
+            trainers[i].begin()
+        while active:
+            running = [i for i in active if not trainers[i].done]
+            losses = packed_step([trainers[i].c for i in running], batched) if running else []
+            for i, loss in zip(running, losses):
+                try:
+                    trainers[i].after_step(loss)
+                except NonFiniteLoss as exc:
+                    trainers[i].close(None)
+                    results[i] = exc
+            for i in [i for i in active if i not in results and trainers[i].done]:
+                summary = trainers[i].end()
+                trainers[i].close(summary)
+                results[i] = summary
+            active = [i for i in active if i not in results]
+    except KeyboardInterrupt:
+        stopped = [i for i in active if i not in results]
+        for i in stopped:
+            trainers[i].close(None)
+        raise Interrupted("; ".join(trainers[i].interrupted_message() for i in stopped)) from None
+    except BaseException:
+        for i in active:
+            if i not in results:
+                trainers[i].close(None)
+        raise
+    return [results[i] for i in range(len(trainers))]
 
 
 def evaluate_run(run_dir: Path, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:

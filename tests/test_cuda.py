@@ -12,8 +12,8 @@ import torch
 import dgp
 from identifiable_cl import rundir
 from identifiable_cl.benchmarks import sections as bench
-from identifiable_cl.packing import batched_by_default, run_packed
-from identifiable_cl.training import Trainer
+from identifiable_cl.packing import batched_by_default
+from identifiable_cl.training import Trainer, run_packed
 from tests.test_packing import configs, losses
 from tests.test_training import tiny_config
 

@@ -6,9 +6,9 @@ import pytest
 
 from identifiable_cl import rundir
 from identifiable_cl.cli import main
-from identifiable_cl.packing import check_packable, pack_key, run_packed
+from identifiable_cl.packing import check_packable, pack_key
 from identifiable_cl.components import build
-from identifiable_cl.training import NonFiniteLoss, Trainer
+from identifiable_cl.training import Interrupted, NonFiniteLoss, Trainer, run_packed
 from tests.test_training import TINY, tiny_config
 
 @pytest.fixture(autouse=True)
@@ -89,6 +89,30 @@ def test_a_failing_run_leaves_the_pack(tmp_path):
     results = run_packed([Trainer.create(c, tmp_path / f"r{i}", progress=False) for i, c in enumerate((good, bad))])
     assert isinstance(results[1], NonFiniteLoss) and isinstance(results[0], dict)
     assert (tmp_path / "r0" / rundir.SUMMARY).exists() and not (tmp_path / "r1" / rundir.SUMMARY).exists()
+
+
+def test_an_interrupted_pack_says_what_each_run_kept(tmp_path, monkeypatch):
+    import identifiable_cl.training as training
+
+    real = training.train_step
+
+    def interrupted(c):
+        if c.step == 12:
+            raise KeyboardInterrupt
+        return real(c)
+
+    monkeypatch.setattr(training, "train_step", interrupted)
+    cfgs = [tiny_config(**{"train.steps": 20, "train.checkpoint_every": 10, "seed": s}) for s in (0, 1)]
+    with pytest.raises(Interrupted) as caught:
+        run_packed([Trainer.create(c, tmp_path / f"r{i}", progress=False) for i, c in enumerate(cfgs)])
+    # the first run is stopped before its step 13, the second has not taken it either
+    assert str(caught.value) == "; ".join(
+        f"interrupted at step 12 of 20; the checkpoint of step 10 is kept in {tmp_path / f'r{i}'}; "
+        f"continue with: icl train --resume {tmp_path / f'r{i}'}" for i in range(2))
+    monkeypatch.setattr(training, "train_step", real)
+    resumed = Trainer.resume(tmp_path / "r1", progress=False).run()
+    alone = Trainer.create(cfgs[1], tmp_path / "alone", progress=False).run()
+    assert resumed["r2_linear"] == alone["r2_linear"]
 
 
 def test_cli_pack_seeds(tmp_path, capsys):

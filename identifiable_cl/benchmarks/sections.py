@@ -363,7 +363,7 @@ PACK_SIZES = {"cpu": (1, 2, 4, 8), "cuda": (1, 4, 12, 32)}
 def bench_packing(sizes: Iterable[int] | None = None, steps: int = 5, device: torch.device | None = None,
                   print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
     from identifiable_cl.components import load_config
-    from identifiable_cl.packing import batched_by_default, packed_step
+    from identifiable_cl.packing import batched_by_default, batched_step
     from identifiable_cl.components import build
     from identifiable_cl.training import train_step
 
@@ -378,7 +378,7 @@ def bench_packing(sizes: Iterable[int] | None = None, steps: int = 5, device: to
             cs = [build(load_config(preset, {**overrides, "seed": seed, "dgp.mixing.cond_draws": 2500,
                                              "device": str(device)}))
                   for seed in range(k)]
-            sequential, packed = interleaved([lambda: [train_step(c) for c in cs], lambda: packed_step(cs, batched=True)],
+            sequential, packed = interleaved([lambda: [train_step(c) for c in cs], lambda: batched_step(cs)],
                                              steps, warmup=1, device=device)
             row = {"case": label, "k": k, "sequential": k / sequential, "packed": k / packed, "ratio": sequential / packed}
             rows.append(row)

@@ -45,8 +45,8 @@ def train_pack(runs: Sequence[tuple[Mapping[str, Any], Path, str | None]]) -> li
     Everything is built and checked to fit one pack before any run directory is written.
     """
     from identifiable_cl.components import build
-    from identifiable_cl.packing import check_packable, run_packed
-    from identifiable_cl.training import Trainer
+    from identifiable_cl.packing import check_packable
+    from identifiable_cl.training import Trainer, run_packed
 
     built = [build(config) for config, *_ in runs]
     check_packable(built)

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 
 from identifiable_cl.config import flat_keys, read_yaml_mapping
 from identifiable_cl.rundir import CONFIG, DGP, STOPPED, SUMMARY, is_run_dir, read_json
-from identifiable_cl.sweeps.local import LOG, PARAMS, RUN, STATUS, read_params, read_status, stopped_by_signal
+from identifiable_cl.sweeps.local import LOG, RUN, STATUS, RunFolder, read_status, stopped_by_signal
 
 DEFAULT_METRICS = (
     "r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "mcc_block_aware", "mcc_block_aware_random_rotation",
@@ -93,11 +93,6 @@ class Group(RunSet):
 
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``, None when it is missing; a ValueError naming it when damaged."""
-    return read_json(path) if path.exists() else None
-
-
 def _read_yaml(path: Path) -> dict[str, Any]:
     """The YAML mapping in ``path``, empty when it is missing; a ValueError naming it when damaged."""
     return dict(read_yaml_mapping(path, "file")) if path.exists() else {}
@@ -110,18 +105,18 @@ def _damaged(folder: Path, exc: ValueError) -> Run:
 
 def _stopped(run_dir: Path) -> str:
     """Why a diverged run stopped (from its ``stopped.json``), or empty."""
-    stopped = _read_json(run_dir / STOPPED)
+    stopped = read_json(run_dir / STOPPED, missing_ok=True)
     return f"; {stopped.get('reason')}" if stopped else ""
 
 
 def sweep_run(folder: Path) -> Run:
     """A run folder of ``icl sweep run``."""
+    record = RunFolder.read(folder)
+    status, params, summary, run_dir = record.status or {}, record.params or {}, record.summary, record.run_dir
     try:
-        status = _read_json(folder / STATUS) or {}
-        params = read_params(folder / PARAMS) if (folder / PARAMS).exists() else {}
-        run_dir = folder / str(status.get("run_dir", RUN))
+        if record.damaged:
+            raise ValueError(record.damaged)
         config = flat_keys(_read_yaml(run_dir / CONFIG))
-        summary = _read_json(run_dir / SUMMARY)
         stopped = _stopped(run_dir)
     except ValueError as exc:
         return _damaged(folder, exc)
@@ -144,7 +139,7 @@ def sweep_run(folder: Path) -> Run:
 def train_run(run_dir: Path) -> Run:
     """A bare ``icl train`` run directory."""
     try:
-        summary = _read_json(run_dir / SUMMARY)
+        summary = read_json(run_dir / SUMMARY, missing_ok=True)
         config = flat_keys(_read_yaml(run_dir / CONFIG))
         stopped = _stopped(run_dir)
     except ValueError as exc:

@@ -6,19 +6,29 @@ which renders the sweep's own command as a W&B agent would and reads it here.
 
 An override is any argument of the forms of :data:`identifiable_cl.config.OVERRIDE`
 (``--key=value``, ``key=value``, ``+key=value``, ``++key=value``) or ``--key value``
-(two arguments, as ``${args_no_equals}`` renders them); ``--out``, ``--run-dir``,
-``--resume``, ``--pack-seeds``, ``--pack-file`` and ``--quiet`` are ``icl train``'s own.
+(two arguments, as ``${args_no_equals}`` renders them); :data:`TRAIN_OPTIONS` are ``icl train``'s own.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
 from identifiable_cl.config import OVERRIDE
 
-OPTIONS_WITH_VALUE = ("--out", "--run-dir", "--resume", "--pack-seeds", "--pack-file")
-FLAGS = ("--quiet",)
+TRAIN_OPTIONS: dict[str, dict[str, Any]] = {
+    "--out": {"default": "runs", "help": "parent folder of the new run directory (default: runs)"},
+    "--run-dir": {"help": "exact run directory to create"},
+    "--resume": {"metavar": "RUN_DIR", "help": "continue a saved run from its last checkpoint"},
+    "--quiet": {"action": "store_true", "help": "no progress bar"},
+    "--pack-seeds": {"metavar": "SEEDS", "help": "train one run per seed (e.g. 0-7, or 1,3,5) in one process "
+                     "(batched on a GPU, in turn on a CPU)"},
+    "--pack-file": {"metavar": "FILE", "help": argparse.SUPPRESS},
+}
+"""``icl train``'s own options (argparse keywords), declared once: its parser and :func:`split` read them."""
+FLAGS = tuple(name for name, kw in TRAIN_OPTIONS.items() if kw.get("action") == "store_true")
+OPTIONS_WITH_VALUE = tuple(name for name in TRAIN_OPTIONS if name not in FLAGS)
 _DOTTED_FLAG = re.compile(r"--[A-Za-z_][\w.\-]*")
 
 UNREADABLE_MACROS = {

@@ -340,6 +340,14 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 
+def drops_options(key: str, old: Any, new: Any) -> str | None:
+    """The one rule of merging layers: a layer that sets a component's name (``key`` = ``<section>.name``,
+    e.g. ``loss.name``) to a new value drops the options earlier layers gave that component, so
+    ``--loss.name=aninfonce`` never inherits InfoNCE's ``tau``. The section whose options go, or None."""
+    section = key[: -len(".name")] if key.endswith(".name") else None
+    return section if section in COMPONENT_SECTIONS and old != new else None
+
+
 def merge_layer(config: dict[str, Any], layer: Mapping[str, Any], source: str) -> dict[str, Any]:
     """Apply one layer (nested or flat dotted keys) over ``config`` and return the result.
 
@@ -357,14 +365,13 @@ def merge_layer(config: dict[str, Any], layer: Mapping[str, Any], source: str) -
         if key in COMPONENT_SECTIONS and isinstance(flat[key], str):
             flat[f"{key}.name"] = flat.pop(key)
     for key, value in flat.items():
-        if key.endswith(".name") and key[: -len(".name")] in COMPONENT_SECTIONS:
-            section = key[: -len(".name")]
-            try:
-                old = _get(merged, section).get("name")
-            except (KeyError, AttributeError):
-                old = None
-            if old != value:
-                _set(merged, section, {"name": value})
+        try:
+            old = _get(merged, key)
+        except (KeyError, TypeError):
+            old = None
+        section = drops_options(key, old, value)
+        if section is not None:
+            _set(merged, section, {"name": value})
     for key, value in flat.items():
         section = _component_prefix(key)
         if section is None and key not in LEAVES:

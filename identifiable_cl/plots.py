@@ -255,8 +255,7 @@ def draw_figures(run_dir: str | Path) -> dict[str, Path]:
     run_dir = Path(run_dir)
     out = run_dir / FIGURES
     records = rundir.read_metrics(run_dir)
-    summary_path = run_dir / rundir.SUMMARY
-    summary = rundir.read_json(summary_path) if summary_path.exists() else {}
+    summary = rundir.read_json(run_dir / rundir.SUMMARY, missing_ok=True) or {}
     config = dict(rundir.read_config(run_dir)) if (run_dir / rundir.CONFIG).exists() else {}
     title = run_title(config, run_dir)
     figures = {}

@@ -104,8 +104,12 @@ def write_json(path: Path, data: Mapping[str, Any]) -> None:
     write_text(path, json.dumps(_jsonable(data), indent=2) + "\n")
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``; a ValueError naming the file if it is unreadable or not an object."""
+def read_json(path: Path, missing_ok: bool = False) -> dict[str, Any] | None:
+    """The JSON object in ``path``: every JSON file of a run or sweep folder is read by this one rule. A
+    missing file is None with ``missing_ok`` (else a ValueError naming it); a damaged one (unreadable,
+    not JSON, not an object) is always a ValueError naming it; the caller decides what that means."""
+    if missing_ok and not Path(path).exists():
+        return None
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

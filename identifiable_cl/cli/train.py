@@ -163,13 +163,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", nargs="?", help="YAML config or packaged preset (default: the built-in default experiment)")
-    p.add_argument("--out", default="runs", help="parent folder of the new run directory (default: runs)")
-    p.add_argument("--run-dir", help="exact run directory to create")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue a saved run from its last checkpoint")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--pack-seeds", metavar="SEEDS",
-                   help="train one run per seed (e.g. 0-7, or 1,3,5) in one process (batched on a GPU, in turn on a CPU)")
-    p.add_argument("--pack-file", metavar="FILE", help=argparse.SUPPRESS)
+    for name, keywords in arguments.TRAIN_OPTIONS.items():
+        p.add_argument(name, **keywords)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from identifiable_cl.components import load_config
-from identifiable_cl.config import COMPONENT_SECTIONS, read_yaml_mapping
+from identifiable_cl.config import drops_options, read_yaml_mapping
 from identifiable_cl.packaged import EXPERIMENTS_DIR
 from identifiable_cl.reproduce.claims import Claim
 from identifiable_cl.sweeps.spec import is_config_key, parse_sweep
@@ -111,15 +111,13 @@ TINY_POPULATION: dict[str, Any] = {"batches": 4, "batch_size": None}
 
 
 def combine(*layers: Mapping[str, Any]) -> dict[str, Any]:
-    """Flat ``{dotted.key: value}`` layers merged in order; a new component ``name`` drops that component's
-    earlier options."""
+    """Flat ``{dotted.key: value}`` layers merged in order by :func:`identifiable_cl.config.drops_options`."""
     out: dict[str, Any] = {}
     for layer in layers:
         for key, value in layer.items():
-            if key.endswith(".name") and key[: -len(".name")] in COMPONENT_SECTIONS:
-                section = key[: -len(".name")]
-                if out.get(key) != value:
-                    out = {k: v for k, v in out.items() if not k.startswith(section + ".")}
+            section = drops_options(key, out.get(key), value)
+            if section is not None:
+                out = {k: v for k, v in out.items() if not k.startswith(section + ".")}
             out[key] = value
     return out
 

@@ -3,7 +3,7 @@
 For each labelled run the experiment becomes a W&B grid sweep over the seeds
 (every override a constant ``value:``), written to
 ``OUT/sweeps/<experiment>-<scale>-<label>/sweep.yaml``; the planned runs of all
-sweeps are executed by :func:`identifiable_cl.sweeps.local.execute_pack` (``--pack K``: up to K
+sweeps are executed by :func:`identifiable_cl.sweeps.local.run_groups` (``--pack K``: up to K
 seeds of one label in one process; default one run per process), ``workers``
 at a time, and finished runs are skipped when the command is repeated. Then
 ``OUT/results.md`` (tables beside the reference numbers and the identity
@@ -21,9 +21,7 @@ problem with the entry surfaces at once); its numbers go into results.md and, un
 from __future__ import annotations
 
 import json
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -37,7 +35,7 @@ from identifiable_cl.reproduce.experiment import (
     load_experiment,
 )
 from identifiable_cl.aggregate import sweep_run
-from identifiable_cl.sweeps.local import Outcome, execute_pack, is_finished, pack_groups, write_sweep_file
+from identifiable_cl.sweeps.local import Outcome, is_finished, pack_groups, run_groups, write_sweep_file
 from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
 from identifiable_cl.sweeps.spec import SweepSpec, parse_sweep
 
@@ -90,20 +88,13 @@ def run_all(planned: Planned, workers: int, echo: Callable[[str], None], pack: i
         groups += [(spec, g) for g in (pack_groups(spec, runs, pack) if pack > 1 else [[r] for r in runs])]
     echo(f"{len(planned)} runs, {len(planned) - len(todo)} finished before, {len(todo)} to run, {workers} at a time"
          + (f", in {len(groups)} packs" if pack > 1 else ""))
-    lock, done = threading.Lock(), [0]
+    pending = iter(groups)
 
-    def work(item: tuple[SweepSpec, list[PlannedRun]]) -> list[Outcome]:
-        spec, runs = item
-        results = execute_pack(spec, runs, workers=workers)
-        with lock:
-            for outcome in results:
-                done[0] += 1
-                echo(f"[{done[0]}/{len(todo)}] {spec.name} seed {outcome.run.params.get('seed')}: {outcome.shown} "
-                     f"(exit {outcome.exit_code}, {outcome.wall_s:.1f} s)")
-        return results
+    def line(outcome: Outcome, spec: SweepSpec, done: int, total: int, where: str) -> str:
+        return (f"[{done}/{total}] {spec.name} seed {outcome.run.params.get('seed')}: {outcome.shown} "
+                f"(exit {outcome.exit_code}, {outcome.wall_s:.1f} s)")
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return [outcome for results in pool.map(work, groups) for outcome in results]
+    return run_groups(lambda: next(pending, None), len(todo), workers=workers, devices=None, echo=echo, line=line)
 
 
 def collect(experiment: Experiment, planned: Planned) -> dict[str, report.RunResults]:

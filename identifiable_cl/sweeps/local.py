@@ -53,7 +53,7 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from dgp.files import load_tensors
-from identifiable_cl.rundir import read_metrics, write_json
+from identifiable_cl.rundir import CHECKPOINT, SUMMARY, read_json, read_metrics, write_json
 from identifiable_cl.sweeps.plan import PlannedRun
 from identifiable_cl.sweeps.render import describe, render_command
 from identifiable_cl.sweeps.spec import SweepSpec
@@ -83,7 +83,47 @@ class Outcome:
 
 
 def read_status(folder: Path) -> dict[str, Any] | None:
-    return _read_json(Path(folder) / STATUS)
+    """The run's ``status.json``; None when it is missing or damaged (the run did not end cleanly, so it
+    counts as not finished and runs again)."""
+    return _record(Path(folder) / STATUS)
+
+
+def _record(path: Path) -> dict[str, Any] | None:
+    """A file the runner itself writes (``status.json``, ``pack_result.json``); missing or damaged is None."""
+    try:
+        return read_json(path, missing_ok=True)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """A sweep run's folder as the runner, the search, the results and the reports read it: its
+    parameters, status and the summary of its run directory. A missing file is None; a damaged one
+    (:func:`identifiable_cl.rundir.read_json`'s rule) makes the folder ``damaged``, with the reason,
+    and the files after it unread. Read with :meth:`read`."""
+
+    path: Path
+    params: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+    summary: dict[str, Any] | None = None
+    damaged: str | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path / str((self.status or {}).get("run_dir", RUN))
+
+    @classmethod
+    def read(cls, folder: Path) -> "RunFolder":
+        folder, found = Path(folder), {}
+        try:
+            found["params"] = read_params(folder / PARAMS) if (folder / PARAMS).exists() else None
+            found["status"] = read_json(folder / STATUS, missing_ok=True)
+            run_dir = cls(folder, **found).run_dir
+            found["summary"] = read_json(run_dir / SUMMARY, missing_ok=True)
+        except ValueError as exc:
+            return cls(folder, **found, damaged=str(exc))
+        return cls(folder, **found)
 
 
 def is_finished(folder: Path) -> bool:
@@ -207,7 +247,7 @@ def resumable_step(spec: SweepSpec, run: PlannedRun) -> int | None:
 
     status = read_status(run.folder) or {}
     interrupted = status.get("state") == "running" or stopped_by_signal(status.get("state"), status.get("exit_code"))
-    checkpoint = run.folder / RUN / "checkpoint.pt"
+    checkpoint = run.folder / RUN / CHECKPOINT
     if not interrupted or not checkpoint.is_file() or after_train(status.get("command") or []) is None:
         return None
     try:
@@ -412,19 +452,10 @@ def _execute_claimed(spec: SweepSpec, runs: Sequence[PlannedRun], locks: Sequenc
     for run, (_, _, status) in zip(runs, starts):
         if run is not runs[0]:
             shutil.copyfile(runs[0].folder / LOG, run.folder / LOG)
-        result = _read_json(run.folder / PACK_RESULT)
+        result = _record(run.folder / PACK_RESULT)
         status.update(packed_with=[r.run_id for r in runs], pack_command=argv)
         outcomes.append(_finish(run, status, result["exit_code"] if result else (code or 1), wall))
     return outcomes
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``, or None when it is missing or damaged (the run then counts as not finished)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def pack_groups(spec: SweepSpec, runs: Sequence[PlannedRun], size: int) -> list[list[PlannedRun]]:
@@ -460,9 +491,19 @@ def check_options(workers: int, pack: int, devices: Sequence[str] | None) -> Non
         raise ValueError("--devices: give at least one device, e.g. --devices 0,1")
 
 
+Group = tuple[SweepSpec, list[PlannedRun]]
+"""Runs of one sweep that train in one process (a pack, or a single run)."""
+
+
+def outcome_line(outcome: Outcome, spec: SweepSpec, done: int, total: int, where: str) -> str:
+    """How the runner reports a run that ended: ``[done/total] run id, state, exit code, wall time, device,
+    parameters``."""
+    return (f"[{done}/{total}] {outcome.run.run_id} {outcome.shown} (exit {outcome.exit_code}, {outcome.wall_s:.1f} s"
+            f"{where}) {describe(outcome.run.params)}")
+
+
 def run_groups(
-    spec: SweepSpec,
-    next_group: Callable[[], list[PlannedRun] | None],
+    next_group: Callable[[], Group | None],
     total: int,
     *,
     workers: int,
@@ -470,10 +511,12 @@ def run_groups(
     echo: Callable[[str], None],
     watch: Callable[[PlannedRun], bool] | None = None,
     done: Callable[[list[Outcome]], None] | None = None,
+    line: Callable[[Outcome, SweepSpec, int, int, str], str] = outcome_line,
 ) -> list[Outcome]:
-    """Execute groups of runs (:func:`execute_pack`) on ``workers`` worker slots until ``next_group()``
-    returns None; it and ``done(outcomes)`` are called under one lock. Slot i runs on
-    ``devices[i % len(devices)]``. Returns the outcomes in the order the runs ended."""
+    """The one worker pool: execute groups of runs (:func:`execute_pack`) on ``workers`` worker slots until
+    ``next_group()`` returns None; it and ``done(outcomes)`` are called under one lock, and each ended
+    run is reported by ``line``. Slot i runs on ``devices[i % len(devices)]``. Returns the outcomes in
+    the order the runs ended."""
     lock = threading.Lock()
     outcomes: list[Outcome] = []
 
@@ -485,16 +528,14 @@ def run_groups(
                 group = next_group()
             if group is None:
                 return
-            results = execute_pack(spec, group, device, workers, echo, watch)
+            spec, runs = group
+            results = execute_pack(spec, runs, device, workers, echo, watch)
             with lock:
                 outcomes.extend(results)
                 if done is not None:
                     done(results)
                 for outcome in results:
-                    echo(
-                        f"[{len(outcomes)}/{total}] {outcome.run.run_id} {outcome.shown} (exit {outcome.exit_code}, "
-                        f"{outcome.wall_s:.1f} s{where}) {describe(outcome.run.params)}"
-                    )
+                    echo(line(outcome, spec, len(outcomes), total, where))
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for future in [pool.submit(work, slot) for slot in range(workers)]:

@@ -31,8 +31,8 @@ from identifiable_cl import rundir
 from identifiable_cl.sweeps import engine
 from identifiable_cl.sweeps.expand import random_points
 from identifiable_cl.sweeps.local import (
-    PARAMS, RUN, WATCH_EVERY, Outcome, check_options, is_finished, pack_groups, read_params, read_status, report,
-    run_groups, write_sweep_file,
+    PARAMS, WATCH_EVERY, Outcome, RunFolder, check_options, is_finished, pack_groups, report, run_groups,
+    write_sweep_file,
 )
 from identifiable_cl.sweeps.plan import PlannedRun, check_run, plan_runs, run_id
 from identifiable_cl.sweeps.spec import SweepSpec
@@ -42,26 +42,28 @@ CHECKED_POINTS = 20
 
 
 def read_runs(sweep_dir: Path) -> list[tuple[int, PlannedRun, engine.SearchRun]]:
-    """Every run folder of the sweep, in the order the runs were proposed: ``(index, run, record)``."""
+    """Every run folder of the sweep, in the order the runs were proposed: ``(index, run, record)``.
+    A damaged folder (:class:`identifiable_cl.sweeps.local.RunFolder`) is a failed run; one whose
+    parameters cannot be read is left out, since the engine cannot place it."""
     found = []
     for folder in sorted(p.parent for p in Path(sweep_dir).glob(f"*/{PARAMS}")):
-        status = read_status(folder) or {}
-        try:
-            params = read_params(folder / PARAMS)
-        except ValueError:
+        record = RunFolder.read(folder)
+        if record.params is None:
             continue
+        status = record.status or {}
         state = status.get("state") if status.get("state") in ("finished", "failed", "stopped") else "running"
         if state == "finished" and status.get("exit_code") != 0:
             state = "failed"
-        run_dir = folder / str(status.get("run_dir", RUN))
+        summary, history = record.summary or {}, []
         try:
-            summary = rundir.read_json(run_dir / rundir.SUMMARY) if (run_dir / rundir.SUMMARY).exists() else {}
-            history = rundir.read_metrics(run_dir)
+            if record.damaged:
+                raise ValueError(record.damaged)
+            history = rundir.read_metrics(record.run_dir)
         except ValueError:
-            summary, history = {}, []
+            state, summary = "failed", {}
         index = status.get("index") if isinstance(status.get("index"), int) else len(found)
-        planned = PlannedRun(index, folder.name, params, folder)
-        found.append((index, planned, engine.SearchRun(folder.name, params, state, summary, history)))
+        planned = PlannedRun(index, folder.name, record.params, folder)
+        found.append((index, planned, engine.SearchRun(folder.name, record.params, state, summary, history)))
     return sorted(found, key=lambda item: item[0])
 
 
@@ -111,14 +113,14 @@ def run_sweep(
     if watch is not None and pack > 1:
         raise ValueError("--pack: early stopping (early_terminate) stops runs one by one; run without --pack")
     todo = [r for r in runs if not is_finished(r.folder)]
-    groups = iter(pack_groups(spec, todo, pack) if pack > 1 else [[run] for run in todo])
+    groups = iter([(spec, g) for g in (pack_groups(spec, todo, pack) if pack > 1 else [[run] for run in todo])])
     write_sweep_file(spec, Path(out))
     outcomes = {r.index: Outcome(r, "skipped", 0, 0.0) for r in runs}
     packed = " in packs" if pack > 1 else ""
     echo(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} finished before, {len(todo)} to run{packed}, "
          f"{workers} at a time")
-    for outcome in run_groups(spec, lambda: next(groups, None), len(todo), workers=workers, devices=devices,
-                              echo=echo, watch=watch):
+    for outcome in run_groups(lambda: next(groups, None), len(todo), workers=workers, devices=devices, echo=echo,
+                              watch=watch):
         outcomes[outcome.run.index] = outcome
     ordered = [outcomes[r.index] for r in runs]
     report(spec, out, ordered, echo)
@@ -153,7 +155,7 @@ def run_search(
     echo(f"sweep {spec.name}: bayes search up to {total} runs, {len(previous)} in its folder "
          f"({len(restart)} to restart), {workers} at a time")
 
-    def next_group() -> list[PlannedRun] | None:
+    def next_group() -> tuple[SweepSpec, list[PlannedRun]] | None:
         nonlocal position, started
         if restart:
             run = restart.pop(0)
@@ -170,13 +172,13 @@ def run_search(
             position += 1
             started += 1
         inflight[run.folder.name] = engine.SearchRun(run.folder.name, run.params, "running")
-        return [run]
+        return spec, [run]
 
     def done(outcomes: list[Outcome]) -> None:
         for outcome in outcomes:
             inflight.pop(outcome.run.folder.name, None)
 
-    outcomes = run_groups(spec, next_group, total - len(previous) + len(restart), workers=workers, devices=devices,
+    outcomes = run_groups(next_group, total - len(previous) + len(restart), workers=workers, devices=devices,
                           echo=echo, watch=watch, done=done)
     report(spec, out, outcomes, echo)
     return outcomes

@@ -232,3 +232,31 @@ def test_a_run_stopped_by_a_signal_is_reported_as_interrupted_not_failed(tmp_pat
     rows = json.loads(results([out], fmt="json"))
     problems = [r["problem"] for row in rows for r in row["failed_runs"]]
     assert sorted(p.split(",")[0].split(" (")[0] for p in problems) == ["exit 3"] * 2 + ["interrupted"] * 2
+
+
+def test_a_sweep_run_folder_is_read_by_one_rule_everywhere(tmp_path):
+    """Missing files are None; a damaged one makes the folder damaged, which results and the search
+    both take for a failed run; a damaged status alone makes the runner run it again."""
+    from identifiable_cl.aggregate import sweep_run
+    from identifiable_cl.rundir import read_json
+    from identifiable_cl.sweeps.local import RunFolder, is_finished, write_params
+    from identifiable_cl.sweeps.search import read_runs
+
+    folder = tmp_path / "sweep" / "r0"
+    (folder / RUN).mkdir(parents=True)
+    write_params(folder / PARAMS, {"loss.tau": 0.5})
+    (folder / STATUS).write_text(json.dumps({"state": "finished", "exit_code": 0, "index": 0}))
+    fresh = RunFolder.read(folder)
+    assert (fresh.params, fresh.summary, fresh.damaged) == ({"loss.tau": 0.5}, None, None)
+    assert read_json(folder / RUN / "summary.json", missing_ok=True) is None
+    with pytest.raises(ValueError, match="summary.json: cannot be read as JSON"):
+        read_json(folder / RUN / "summary.json")
+    (folder / RUN / "summary.json").write_text("{not json")
+    damaged = RunFolder.read(folder)
+    assert damaged.damaged.startswith(f"{folder / RUN / 'summary.json'}: cannot be read as JSON")
+    assert sweep_run(folder).problem == f"unreadable: {damaged.damaged}"
+    [(_, _, record)] = read_runs(tmp_path / "sweep")
+    assert (record.state, record.summary) == ("failed", {})
+    (folder / STATUS).write_text("[1, 2]")
+    assert RunFolder.read(folder).damaged == f"{folder / STATUS}: expected a JSON object, found list"
+    assert read_status(folder) is None and not is_finished(folder)

@@ -84,6 +84,12 @@ class ContentStyleMarginal(Marginal):
     and ``style_weight`` (B), ``style_offset`` (a) when content-dependent.
     """
 
+    OPTION_DOCS = {
+        'content_dim': 'content dimensions, 1..n-1 (default n // 2)',
+        'dependence': 'Σ_c, Σ_s ~ Wishart(df = block size, I), else identity',
+        'content_dependent_style': 'add B c + a to the style, with B (n - content_dim, content_dim) and a (n - content_dim,) of i.i.d. N(0, 1) entries',
+    }
+
     def __init__(
         self,
         space: Space,
@@ -141,6 +147,13 @@ class ContentStyleConditional(Conditional):
     Wishart(df = style size, I). Buffers: ``sigma_change`` (covariance of ε) and
     ``chol_change``.
     """
+
+    OPTION_DOCS = {
+        'content_dim': 'content dimensions, 1..n-1 (default n // 2)',
+        'p_change': 'probability in [0, 1] that a style coordinate changes',
+        'sigma': '> 0, scale of a style change (must stay 1.0 with dependence)',
+        'dependence': 'style changes ε ~ N(0, Σ_a), Σ_a ~ Wishart(df = style size, I), else N(0, I)',
+    }
 
     def __init__(
         self,

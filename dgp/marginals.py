@@ -96,6 +96,11 @@ class UniformMarginal(_Marginal):
 class _LocationScale(_Marginal):
     """I.i.d. coordinates from a 1-D location-scale law; plain on R^n, truncated on the box."""
 
+    OPTION_DOCS = {
+        'loc': 'centre of every coordinate (default: the box centre, or 0 on R^n)',
+        'scale': '> 0: the standard deviation (normal) or λ (Laplace, generalised normal) of every coordinate',
+    }
+
     name = ""
     family = ""
 
@@ -192,6 +197,10 @@ class GenNormMarginal(_LocationScale):
 
     Options ``loc``, ``scale`` (> 0, default 1) and the shape ``p`` (> 0, default 3).
     """
+
+    OPTION_DOCS = {
+        'p': 'the shape p > 0',
+    }
 
     name = "gennorm"
     family = "generalized normal"

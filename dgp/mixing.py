@@ -88,6 +88,11 @@ class LayerStack(Mixing):
     construction), ``cond_threshold`` (scalar). Rows of ``z``/``x`` are ``(batch, n)``.
     """
 
+    OPTION_DOCS = {
+        'cond_ratio': "in [0, 1): every layer's 2-norm condition number must not exceed the value at this quantile of cond_draws random layers' (0: the best of them, Z21/R24; vK21: 0.001)",
+        'cond_draws': '(int >= 1) the number of random layers that set that threshold',
+    }
+
     def __init__(self, weights: Tensor, threshold: float, slope: float):
         super().__init__()
         self.dim = weights.shape[-1]
@@ -130,6 +135,11 @@ class LayerStack(Mixing):
 @MIXINGS.register("mlp")
 class InvertibleMLP(LayerStack):
     """The invertible MLP of Z21/vK21/R24 (module docstring): ``layers`` square layers, LeakyReLU(slope)."""
+
+    OPTION_DOCS = {
+        'layers': '(int >= 1) square bias-free linear layers',
+        'slope': 'negative slope of the LeakyReLU between layers (none after the last)',
+    }
 
     def __init__(
         self,

@@ -56,8 +56,13 @@ class NoNegatives(Negatives):
 class MarginalNegatives(Negatives):
     """Fresh marginal draws: ``(num, n)`` shared (``num`` default: the batch size) or ``(B, per_anchor, n)``.
 
-    Options ``num`` (int >= 1) and ``per_anchor`` (int >= 1); give at most one of them.
+    Give at most one of ``num`` and ``per_anchor``.
     """
+
+    OPTION_DOCS = {
+        'num': '(int >= 1) negatives shared by every anchor of a batch (default: the batch size)',
+        'per_anchor': '(int >= 1) negatives drawn for each anchor',
+    }
 
     def __init__(
         self, space, rng: torch.Generator | None = None, *, num: int | None = None, per_anchor: int | None = None
@@ -91,23 +96,6 @@ class MarginalNegatives(Negatives):
 class TiltedNegatives(Negatives):
     """Hard negatives q_β(z⁻|z) ∝ exp(β zᵀz⁻) p(z⁻), ``num`` per anchor: ``(B, num, n)``.
 
-    Options:
-        beta (>= 0, default 1): the hardness β; on R^n a Laplace (or p = 1 generalized normal) marginal
-            needs β·max_i |z_i| < 1/scale over the anchors of each batch (checked at every call) and a
-            generalized normal one with p < 1 needs β = 0, as their other tilts are not normalisable (on
-            the sphere and the box, and for a normal marginal, any β is).
-        num (int >= 1, default 16): negatives per anchor.
-        pool (int >= 1, default 4096): marginal draws per call for importance resampling (the first
-            pool when ``target_ess`` is set).
-        method ('auto' or 'resample', default 'auto'): 'auto' is exact where the marginal has a closed
-            form and resamples otherwise; 'resample' always resamples.
-        min_ess (>= 0, default 50): warn (a LowEffectiveSampleSize warning, once per sampler) when the mean
-            effective sample size of a call's resampling weights falls below it; 0 never warns.
-        target_ess (>= 1 or null, default null): grow the pool by doubling, with fresh marginal draws, until
-            the mean effective sample size reaches it or the pool reaches ``max_pool``; null keeps the pool
-            at ``pool``.
-        max_pool (int >= 1, default 1048576): the largest pool ``target_ess`` may grow to.
-
     Resampling from a pool of P draws with weights w ∝ exp(β zᵀz⁻) is exact only as P → ∞. Per anchor,
     Kish's effective sample size ESS = 1/Σ_j w_j² (w normalised; 1 ≤ ESS ≤ P; L. Kish, Survey Sampling,
     1965) counts the pool draws that carry the weight; each resampling call keeps its minimum and mean over
@@ -124,6 +112,16 @@ class TiltedNegatives(Negatives):
     anchors and generator; with ``target_ess`` null, or when the first pool already reaches it, they are
     the draws of a fixed pool of ``pool``.
     """
+
+    OPTION_DOCS = {
+        'beta': '(>= 0) the hardness β; on R^n a Laplace (or p = 1 generalized normal) marginal needs β·max_i |z_i| < 1/scale over the anchors of each batch (checked at every call) and a generalized normal one with p < 1 needs β = 0, as their other tilts are not normalisable (on the sphere and the box, and for a normal marginal, any β is)',
+        'num': '(int >= 1) negatives per anchor',
+        'pool': '(int >= 1) marginal draws per call for importance resampling (the first pool when target_ess is set)',
+        'method': "('auto' or 'resample') 'auto' is exact where the marginal has a closed form and resamples otherwise; 'resample' always resamples",
+        'min_ess': "(>= 0) warn (a LowEffectiveSampleSize warning, once per sampler) when the mean effective sample size of a call's resampling weights falls below it; 0 never warns",
+        'target_ess': '(>= 1 or null) grow the pool by doubling, with fresh marginal draws, until the mean effective sample size reaches it or the pool reaches max_pool; null keeps the pool at pool',
+        'max_pool': '(int >= 1) the largest pool target_ess may grow to',
+    }
 
     def __init__(
         self,

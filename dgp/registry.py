@@ -9,16 +9,17 @@ declaring an entry point in the group ``identifiable_cl.<kind>``::
     my_loss = "my_package.losses:MyLoss"
 
 The entry point's name is the registry name; it is loaded the first time the
-registry is queried.
+registry is queried. A component documents its options in ``OPTION_DOCS``, a mapping
+from option name to a one-line text (:func:`option_docs`); ``icl config --keys`` and
+``icl plugins`` show them.
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable, Container, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 ENTRY_POINT_PREFIX = "identifiable_cl."
 
@@ -62,6 +63,7 @@ class Registry:
                 f"{self.kind}: the name {name!r} is already registered by "
                 f"{self._entries[name].origin}; cannot register {origin} under it"
             )
+        check_option_docs(obj, f"{self.kind} {name!r} ({origin})")
         self._entries[name] = Entry(name, obj, origin)
 
     def load_entry_points(self, force: bool = False) -> None:
@@ -172,146 +174,42 @@ def accepts_var_kwargs(obj: Any) -> bool:
     return option_parameters(obj)[1]
 
 
-_NAME = r"(?:``\w+``|\w+)"
-_OPTION_LINE = re.compile(
-    rf"(?:[-*]\s+)?(?:Options?:?\s+)?(?P<names>{_NAME}(?:\s*(?:,|\band\b)\s*{_NAME})*)"
-    r"\s*(?:\((?P<paren>[^()]*(?:\([^()]*\)[^()]*)*)\))?\s*:(?:\s+(?P<text>.*))?"
-)
-_ABBREVIATION = re.compile(r"(?:^|\s)(?:[A-Za-z]\.)+[A-Za-z]$|(?:^|\s)(?:etc|cf|vs)$")
-_OPENING, _CLOSING = "([{", ")]}"
-
-
-def _scan(text: str) -> Iterator[tuple[int, int, bool]]:
-    """For each character of ``text``: its index, bracket depth, and whether it is inside a double-backtick literal."""
-    depth, literal, i = 0, False, 0
-    while i < len(text):
-        if text.startswith("``", i):
-            literal = not literal
-            yield i, depth, True
-            yield i + 1, depth, True
-            i += 2
-            continue
-        char = text[i]
-        if not literal and char in _CLOSING:
-            depth = max(depth - 1, 0)
-        yield i, depth, literal
-        if not literal and char in _OPENING:
-            depth += 1
-        i += 1
-
-
-def _first_sentence(text: str) -> str:
-    """``text`` up to the end of its first sentence (a full stop outside brackets and literals)."""
-    for i, depth, literal in _scan(text):
-        if (text[i] == "." and depth == 0 and not literal and (i + 1 == len(text) or text[i + 1].isspace())
-                and not _ABBREVIATION.search(text[:i])):
-            return text[:i]
-    return text
-
-
-def _clean(text: str) -> str:
-    """One line of plain text: whitespace collapsed, double backticks and brackets around it all removed."""
-    text = " ".join(text.split()).strip(" :;,.")
-    if text.startswith("(") and text.endswith(")"):
-        closes = [i for i, depth, literal in _scan(text) if depth == 0 and text[i] == ")" and not literal]
-        if closes == [len(text) - 1]:
-            text = text[1:-1].strip()
-    return text.replace("``", "").strip()
-
-
-def _line_docs(doc: str, names: Container[str]) -> dict[str, str]:
-    """Options documented one per line: ``name: text``, ``name (allowed): text``, ``a, b: text``,
-    each with its more deeply indented continuation lines."""
+def _declared(obj: Any) -> dict[str, str]:
+    """``OPTION_DOCS`` of ``obj`` merged along its method resolution order (the first text of a name wins)."""
+    sources = obj.__mro__ if inspect.isclass(obj) else [obj]
     docs: dict[str, str] = {}
-    lines = doc.expandtabs().splitlines()
-    for i, line in enumerate(lines):
-        match = _OPTION_LINE.fullmatch(line.strip())
-        if not match:
-            continue
-        found = [n for n in re.findall(r"\w+", match.group("names")) if n in names]
-        if not found:
-            continue
-        indent = len(line) - len(line.lstrip())
-        parts = [match.group("text") or ""]
-        for more in lines[i + 1 :]:
-            if not more.strip() or len(more) - len(more.lstrip()) <= indent:
-                break
-            parts.append(more)
-        text = _first_sentence(" ".join(" ".join(parts).split()))
-        if match.group("paren"):
-            text = f"({match.group('paren').strip()}) {text}"
-        text = _clean(text)
-        if text:
-            for name in found:
-                docs.setdefault(name, text)
-    return docs
-
-
-def _inline_docs(doc: str, names: Container[str]) -> dict[str, str]:
-    """Options listed in running text after ``Option``/``Options``, each a double-backtick literal followed
-    by its text (``a`` (allowed), ``b``: text; the shape ``c`` (> 0) ...), up to the end of the sentence."""
-    docs: dict[str, str] = {}
-    text = " ".join(doc.split())
-    for start in re.finditer(r"\bOptions?\b:?", text):
-        region = _first_sentence(text[start.end() :])
-        states = {i: (depth, literal) for i, depth, literal in _scan(region)}
-        marks = [
-            (m.start(), m.end(), m.group(1))
-            for m in re.finditer(r"``(\w+)``", region)
-            if m.group(1) in names and states[m.start()][0] == 0
-            and not (m.start() > 0 and states[m.start() - 1][1])
-        ]
-        if not marks or region[: marks[0][0]].strip():
-            continue
-        prefix = ""
-        for k, (_, end, name) in enumerate(marks):
-            stop = marks[k + 1][0] if k + 1 < len(marks) else len(region)
-            body = region[end:stop]
-            cuts = [end + j for j in range(len(body)) if states[end + j] == (0, False)
-                    and (body[j] in ",;" or body.startswith(" and ", j) or body.startswith(" or ", j))]
-            following = ""
-            if k + 1 < len(marks) and cuts:
-                cut = cuts[-1] - end
-                sep = 5 if body.startswith(" and ", cut) else 4 if body.startswith(" or ", cut) else 1
-                body, following = body[:cut], body[cut + sep :]
-            semicolon = next((c - end for c in cuts if region[c] == ";"), None)
-            if semicolon is not None and semicolon < len(body):
-                body = body[:semicolon]
-            prefix = _clean(prefix)  # words before the name ("the shape ``p`` (> 0)") lead its text
-            body = " ".join(f"{prefix} {body}".split()).replace("``", "").strip(" :;,.") if prefix else _clean(body)
-            if body:
-                docs.setdefault(name, body)
-            prefix = following
+    for source in sources:
+        declared = vars(source).get("OPTION_DOCS") if inspect.isclass(source) else getattr(source, "OPTION_DOCS", None)
+        for name, text in (declared if isinstance(declared, Mapping) else {}).items():
+            docs.setdefault(name, text)
     return docs
 
 
 def option_docs(obj: Any) -> dict[str, str]:
-    """A one-line description of each option of ``obj`` (:func:`option_parameters`) that its docstring documents.
+    """The one-line description of each option of ``obj`` (:func:`option_parameters`), in signature order.
 
-    Read from the docstrings of the class and its bases (the first that documents an option wins),
-    in the forms ``name: text`` / ``name (allowed): text`` one per line (e.g. under ``Options:``), or in
-    running text after ``Option``/``Options`` (each option a double-backtick literal followed by its text).
-    Options it does not document are left out; anything unreadable gives an empty mapping.
+    A component declares them in its attribute ``OPTION_DOCS``, a mapping from option name to text; a
+    class inherits its bases' (the first class along the method resolution order that documents an
+    option wins), as it inherits their options. Options without a text are left out.
     """
+    try:
+        names = list(option_parameters(obj)[0])
+    except (TypeError, ValueError):
+        return {}
+    docs = _declared(obj)
+    return {name: docs[name] for name in names if name in docs}
+
+
+def check_option_docs(obj: Any, origin: str) -> None:
+    """A ValueError naming the component when its ``OPTION_DOCS`` documents what is not one of its options."""
     try:
         names = set(option_parameters(obj)[0])
     except (TypeError, ValueError):
-        return {}
-    if not names:
-        return {}
-    if inspect.isclass(obj):
-        sources = [c for c in obj.__mro__ if not str(getattr(c, "__module__", "")).startswith(("torch.", "builtins"))]
-    else:
-        sources = [obj]
-    docs: dict[str, str] = {}
-    for source in sources:
-        doc = vars(source).get("__doc__") if inspect.isclass(source) else getattr(source, "__doc__", None)
-        if not isinstance(doc, str):
-            continue
-        doc = inspect.cleandoc(doc)
-        for name, text in {**_inline_docs(doc, names), **_line_docs(doc, names)}.items():
-            docs.setdefault(name, text)
-    return {name: docs[name] for name in option_parameters(obj)[0] if name in docs}
+        names = set()
+    stray = sorted(set(_declared(obj)) - names)
+    if stray:
+        raise ValueError(f"{origin}: OPTION_DOCS documents {', '.join(stray)}, which are not options of it "
+                         f"(its options: {', '.join(sorted(names)) or 'none'})")
 
 
 REGISTRIES: dict[str, Registry] = {}

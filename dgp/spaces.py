@@ -17,6 +17,10 @@ SPACES = Registry("spaces")
 class Sphere(Space):
     """The hypersphere S^{n-1} of radius ``radius`` in R^n (n = ``dim`` >= 2)."""
 
+    OPTION_DOCS = {
+        'radius': 'radius r > 0 of the sphere',
+    }
+
     def __init__(self, dim: int, rng: torch.Generator | None = None, *, radius: float = 1.0):
         super().__init__()
         self.dim = checks.integer("dgp.dim", dim, minimum=2)
@@ -40,6 +44,11 @@ class Sphere(Space):
 @SPACES.register("box")
 class Box(Space):
     """The box [low, high]^n."""
+
+    OPTION_DOCS = {
+        'low': 'lower bound of every coordinate (< high)',
+        'high': 'upper bound of every coordinate (> low)',
+    }
 
     def __init__(self, dim: int, rng: torch.Generator | None = None, *, low: float = 0.0, high: float = 1.0):
         super().__init__()

@@ -92,10 +92,12 @@ class Leaf:
 
 @dataclass(frozen=True)
 class Section:
-    """A registered component: the default ``{"name": ..., **options}`` and what it is."""
+    """A registered component: the default ``{"name": ..., **options}``, what it is, and the kind of the
+    registry its names come from (:data:`dgp.registry.REGISTRIES`)."""
 
     default: dict[str, Any]
     doc: str
+    registry: str
 
 
 SCHEMA: dict[str, Leaf | Section] = {
@@ -105,14 +107,14 @@ SCHEMA: dict[str, Leaf | Section] = {
     "dgp.dim": Leaf(DGP_DEFAULTS["dim"], "int", "number n of latent (and observed) dimensions", minimum=1),
     "dgp.dtype": Leaf(DGP_DEFAULTS["dtype"], "str", "floating type of the process, encoder and loss",
                       choices=tuple(DTYPES)),
-    "dgp.space": Section(DGP_DEFAULTS["space"], "latent space: sphere, box or euclidean"),
-    "dgp.marginal": Section(DGP_DEFAULTS["marginal"], "marginal p(z) of the latents"),
-    "dgp.conditional": Section(DGP_DEFAULTS["conditional"], "conditional p(z+ | z) of the positives"),
-    "dgp.negatives": Section(DGP_DEFAULTS["negatives"], "separate negatives (none: the loss uses the batch)"),
-    "dgp.mixing": Section(DGP_DEFAULTS["mixing"], "mixing g: observations x = g(z)"),
+    "dgp.space": Section(DGP_DEFAULTS["space"], "latent space: sphere, box or euclidean", "spaces"),
+    "dgp.marginal": Section(DGP_DEFAULTS["marginal"], "marginal p(z) of the latents", "marginals"),
+    "dgp.conditional": Section(DGP_DEFAULTS["conditional"], "conditional p(z+ | z) of the positives", "conditionals"),
+    "dgp.negatives": Section(DGP_DEFAULTS["negatives"], "separate negatives (none: the loss uses the batch)", "negatives"),
+    "dgp.mixing": Section(DGP_DEFAULTS["mixing"], "mixing g: observations x = g(z)", "mixings"),
     "encoder": Section({"name": "mlp", "widths": [256, 256, 256], "normalize": "none"},
-                       "encoder f: h = f(x); widths null is the reference architecture"),
-    "loss": Section({"name": "infonce", "similarity": "l1", "tau": 0.1}, "contrastive loss"),
+                       "encoder f: h = f(x); widths null is the reference architecture", "encoders"),
+    "loss": Section({"name": "infonce", "similarity": "l1", "tau": 0.1}, "contrastive loss", "losses"),
     "optim.lr": Leaf(2e-3, "float", "Adam learning rate of the encoder", above=0),
     "optim.loss_lr": Leaf(1e-3, "float", "learning rate of the loss's parameters (Λ̂, τ); a loss's own lr wins", above=0),
     "optim.grad_clip": Leaf(None, "float?", "maximum gradient norm, or null for none", above=0),
@@ -201,7 +203,7 @@ def key_listing(components: bool = False) -> str:
     With ``components``, a table for ``icl config --keys``: each key's type, default, allowed values
     and description; each component section's ``name`` with the registered names it allows, followed
     by the options of its default component with their defaults (the section's, else the component's
-    own) and the description its docstring gives (:func:`dgp.registry.option_docs`).
+    own) and the description it declares (:func:`dgp.registry.option_docs`).
     """
     if not components:
         lines = []
@@ -229,8 +231,7 @@ def key_listing(components: bool = False) -> str:
             rows.append((key, kind_text(entry.kind), yaml_text(entry.default), entry.describe(), entry.doc))
             continue
         default = dict(entry.default)
-        last = key.rsplit(".", 1)[-1]
-        registry = next((REGISTRIES[k] for k in (last, last + "s", last + "es") if k in REGISTRIES), None)
+        registry = REGISTRIES.get(entry.registry)
         allowed = " | ".join(registry.names()) if registry is not None else "a registered name"
         rows.append((f"{key}.name", "component", str(default.get("name")), allowed, entry.doc))
         if registry is None or default.get("name") not in registry:

@@ -72,6 +72,14 @@ class MLPEncoder(nn.Module):
     :class:`identifiable_cl.linear.Linear` (``train.matmul`` chooses how their float32 products run).
     """
 
+    OPTION_DOCS = {
+        'widths': 'hidden widths, or null for the reference [10n, 50n, 50n, 50n, 50n, 10n]',
+        'activation': 'activation after each hidden layer: leaky_relu, relu, tanh, gelu or silu',
+        'slope': '(>= 0) negative slope of leaky_relu',
+        'output_dim': '(int >= 1) output dimension, or null for n',
+        'normalize': 'output normalisation: none, sphere (unit norm), learnable_sphere or learnable_box',
+    }
+
     def __init__(
         self,
         *,

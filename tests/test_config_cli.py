@@ -152,63 +152,59 @@ def test_plugins_unknown_kind_lists_the_kinds(capsys):
         assert kind in err
 
 
-def test_option_docs_reads_the_documented_forms():
+def test_option_docs_are_declared_and_inherited():
     class Base:
-        """Options:
-            alpha: the first option. Not this sentence.
-            beta (int >= 1): the second,
-                continued here
-            gamma, delta: shared text
-            - epsilon: in a bullet list
-        """
+        OPTION_DOCS = {"alpha": "the first option", "beta": "(int >= 1) the second"}
 
-        def __init__(self, *, alpha=1, beta=2, gamma=3, delta=4, epsilon=5, **options):
+        def __init__(self, *, alpha=1, beta=2, **options):
             pass
 
     class Child(Base):
-        """Option ``zeta`` (> 0): its own. Options ``eta`` (default 1, e.g. 2) and the shape ``theta`` (> 0).
-        alpha: overridden here
+        """Docstrings are prose: ``gamma`` (> 0) mentioned here is not read."""
 
-        undocumented: ``iota`` is only mentioned.
-        """
+        OPTION_DOCS = {"gamma": "(> 0) its own", "alpha": "overridden here"}
 
-        def __init__(self, *, zeta=1.0, eta=1, theta=3, iota=0, **options):
+        def __init__(self, *, gamma=1.0, delta=0, **options):
             super().__init__(**options)
 
     docs = option_docs(Child)
-    assert docs == {
-        "zeta": "(> 0) its own",
-        "eta": "default 1, e.g. 2",
-        "theta": "the shape (> 0)",
-        "alpha": "overridden here",
-        "beta": "(int >= 1) the second, continued here",
-        "gamma": "shared text",
-        "delta": "shared text",
-        "epsilon": "in a bullet list",
-    }
-    assert list(docs) == ["zeta", "eta", "theta", "alpha", "beta", "gamma", "delta", "epsilon"]  # signature order
+    assert docs == {"gamma": "(> 0) its own", "alpha": "overridden here", "beta": "(int >= 1) the second"}
+    assert list(docs) == ["gamma", "alpha", "beta"]  # signature order; delta has no text
 
-
-def test_option_docs_falls_back_to_empty():
     def make(*, a=1, b=2):
         pass
 
-    def documented(*, a=1, **options):
-        """Options:
-            a: known
-            b: not an option of this function
-        """
+    make.OPTION_DOCS = {"a": "known"}
+    assert option_docs(make) == {"a": "known"}
+    assert option_docs(Base.__init__) == {} and option_docs(len) == {} and option_docs(3) == {}
 
-    class Odd:
-        __doc__ = 42
 
-        def __init__(self, *, a=1):
+def test_option_docs_naming_no_option_are_refused_at_registration():
+    from dgp.registry import Registry
+
+    class Stray:
+        OPTION_DOCS = {"kappa": "concentration", "kapa": "a typo"}
+
+        def __init__(self, *, kappa=1.0):
             pass
 
-    assert option_docs(make) == {}
-    assert option_docs(documented) == {"a": "known"}
-    assert option_docs(Odd) == {}
-    assert option_docs(len) == {} and option_docs(3) == {}
+    registry = Registry("test_stray_docs")
+    with pytest.raises(ValueError, match=r"test_stray_docs 'stray' \(.*Stray\): OPTION_DOCS documents kapa, which "
+                                         r"are not options of it \(its options: kappa\)"):
+        registry.register("stray")(Stray)
+    assert "stray" not in registry
+
+
+def test_every_registered_option_is_documented():
+    from dgp.registry import REGISTRIES, option_parameters
+
+    supplied = {"dim", "input_dim", "latent_dim"}  # passed by icl when it builds the component
+    for kind, registry in REGISTRIES.items():
+        for entry in registry:
+            if entry.origin.startswith("entry point"):
+                continue
+            undocumented = set(option_parameters(entry.obj)[0]) - set(option_docs(entry.obj)) - supplied
+            assert not undocumented, (kind, entry.name, undocumented)
 
 
 # icl evaluate

@@ -42,6 +42,7 @@ def test_readme_plugin_builds_and_trains(tmp_path):
                          ("opposite", "Opposite"), ("rotated_tanh", "RotatedTanh"), ("linear", "LinearEncoder"),
                          ("align_uniform", "AlignUniform")):
         assert re.search(rf"{name}\s+entry point icl_align:{target} \(icl-align 0.1.0\)", plugins), name
+    assert re.search(r"t = 2\.0\s+uniformity temperature t > 0", plugins)  # the declared option docs
     small = ["--quiet", "--train.steps=5", "--train.batch_size=32", "--eval.final_n_fit=256", "--eval.final_n_test=256",
              "--eval.nonlinear=False"]
     mlp = ["--encoder.widths=[16]", "--dgp.mixing.cond_draws=100"]

@@ -71,6 +71,11 @@ class Anisotropic(Conditional):
     during the last call to :meth:`sample` (1.0 without a shell, NaN before any call).
     """
 
+    OPTION_DOCS = {
+        'lambdas': '"bimodal" ([25]*5 + [5]*5), "linear" (linspace(5, 25, n)) or n positive numbers: the concentrations Λ',
+        'shell': "null, or t > 0: δ redrawn until |1 - ‖z/r + δ‖| < t, as R24's code does with 0.1 (sphere only)",
+    }
+
     def __init__(self, space: Space, rng: torch.Generator | None = None, *, lambdas: Any = "bimodal",
                  shell: float | None = None):
         super().__init__()

@@ -48,6 +48,10 @@ class _Isotropic(Conditional):
 class NormalConditional(_Isotropic):
     """z+ = z + δ, δ ~ N(0, σ² I). Option ``sigma`` (> 0, default 0.05)."""
 
+    OPTION_DOCS = {
+        'sigma': "standard deviation σ > 0 of each coordinate's step",
+    }
+
     def __init__(self, space, rng: torch.Generator | None = None, *, sigma: float = DEFAULT_SCALE):
         super().__init__(space)
         self.sigma = checks.positive("dgp.conditional.sigma", sigma)
@@ -69,6 +73,10 @@ class LaplaceConditional(_Isotropic):
     Option ``scale`` (> 0, default 0.05) is λ; it is called ``scale`` because ``lambda`` is a Python keyword.
     """
 
+    OPTION_DOCS = {
+        'scale': "λ > 0 of each coordinate's step, density ∝ exp(-|x|/λ)",
+    }
+
     def __init__(self, space, rng: torch.Generator | None = None, *, scale: float = DEFAULT_SCALE):
         super().__init__(space)
         self.scale = checks.positive("dgp.conditional.scale", scale)
@@ -89,6 +97,11 @@ class GenNormConditional(_Isotropic):
 
     Options ``scale`` (λ > 0, default 0.05) and ``p`` (shape > 0, default 3).
     """
+
+    OPTION_DOCS = {
+        'scale': "λ > 0 of each coordinate's step, density ∝ exp(-|x/λ|^p)",
+        'p': 'the shape p > 0',
+    }
 
     def __init__(
         self, space, rng: torch.Generator | None = None, *, scale: float = DEFAULT_SCALE, p: float = 3.0

@@ -91,6 +91,10 @@ class VonMisesFisher(Conditional):
     Option ``kappa`` (> 0): the concentration of the unit direction; density ∝ exp(κ (z/r)ᵀ(z+/r)).
     """
 
+    OPTION_DOCS = {
+        'kappa': '(> 0) the concentration of the unit direction; density ∝ exp(κ (z/r)ᵀ(z+/r))',
+    }
+
     def __init__(self, space, rng: torch.Generator | None = None, *, kappa: float = 1.0):
         super().__init__()
         if not isinstance(space, Sphere):

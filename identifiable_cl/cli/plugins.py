@@ -61,8 +61,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "plugins",
         help="list every registered component by kind and name, with its origin and options",
         description="Every registered component (built-in or from an installed plugin) by kind and name, "
-        "where it came from, and below it each option with its default and, where the component's "
-        "docstring documents it, what it means.",
+        "where it came from, and below it each option with its default and, where the component "
+        "declares it (OPTION_DOCS), what it means.",
     )
     p.add_argument("--kind", metavar="KIND", help="show this kind only (e.g. losses, conditionals)")
     p.set_defaults(func=run)

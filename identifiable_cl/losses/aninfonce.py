@@ -48,20 +48,18 @@ class AnInfoNCE(ContrastiveLoss):
     from the expansion aᵀΛ̂a + bᵀΛ̂b - 2aᵀΛ̂b, so it is exactly 0 for equal rows and never
     positive.
 
-    Options:
-        lambda_init: initial Λ̂ value on every dimension (> 0), or ``"random"``: θ ~ 0.1·N(0, 1)
-            as in the official code.
-        seed: seed of that draw, or None (default): draw it from torch's default generator,
-            which a run seeds from its root seed's ``loss`` stream, so every seed of an
-            experiment starts from its own Λ̂.
-        factor: c > 0 (official code: 1/2).
-        negatives, reduction: as in ``infonce``; negatives="r24" with "logsumexp" and
-            factor=0.5, unit_norm=True reproduces the official AnInfoNCE code exactly.
-        unit_norm: scale encodings to unit norm first (official code: yes).
-        lr: learning rate of θ (None = the trainer's loss lr; R24: 1e-3).
-
     ``lambda_hat`` is the current Λ̂ (d,); ``logs()`` reports it as ``lambda_hat``.
     """
+
+    OPTION_DOCS = {
+        'lambda_init': 'initial Λ̂ value on every dimension (> 0), or "random": θ ~ 0.1·N(0, 1) as in the official code',
+        'seed': "seed of that draw, or None (default): draw it from torch's default generator, which a run seeds from its root seed's loss stream, so every seed of an experiment starts from its own Λ̂",
+        'factor': 'c > 0 (official code: 1/2)',
+        'negatives': 'as in infonce; negatives="r24" with "logsumexp" and factor=0.5, unit_norm=True reproduces the official AnInfoNCE code exactly',
+        'reduction': 'as in infonce; negatives="r24" with "logsumexp" and factor=0.5, unit_norm=True reproduces the official AnInfoNCE code exactly',
+        'unit_norm': 'scale encodings to unit norm first (official code: yes)',
+        'lr': "learning rate of θ (None = the trainer's loss lr; R24: 1e-3)",
+    }
 
     def __init__(
         self,

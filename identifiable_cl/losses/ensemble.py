@@ -40,17 +40,15 @@ class Ensemble(ContrastiveLoss):
     sees all d encoder dimensions (nothing is sliced off); heads and member parameters are
     submodules, so ``parameters()`` and ``param_groups()`` hand all of them to the optimizer.
 
-    Options:
-        members: list of ``{"name": <loss>, "weight": 1.0, "head": null | [widths..., out],
-            **options of that loss}``; member i is built with the options keyed
-            ``loss.members[i].<option>`` and ``dim`` = the head's output width (or d).
-            Members may themselves be ensembles.
-        lr: learning rate of the heads, and of member parameters whose loss sets no ``lr``.
-
     ``requires_negatives`` if any member does (only those members receive ``h_neg``);
     ``needs_unit_norm`` if a member without a head does. ``logs()`` prefixes member i's
     entries with ``m<i>_`` and adds its last value as ``m<i>_loss``.
     """
+
+    OPTION_DOCS = {
+        'members': 'list of {"name": <loss>, "weight": 1.0, "head": null | [widths..., out], **options of that loss}; member i is built with the options keyed loss.members[i].<option> and dim = the head\'s output width (or d); members may themselves be ensembles',
+        'lr': 'learning rate of the heads, and of member parameters whose loss sets no lr',
+    }
 
     def __init__(self, *, dim: int, members: Sequence[Mapping[str, Any]], lr: float | None = None):
         super().__init__()

@@ -36,12 +36,14 @@ class HardNegativeInfoNCE(InfoNCE):
     sum for cosine similarity, so τ⁺ > 0 needs ``similarity="cosine"``. Debiasing cannot be
     decoupled: the debiased G subtracts τ⁺ N e^{l+}, which puts the positive back into the
     denominator (with a negative weight, and the floor then decides whether it counts at all),
-    so τ⁺ > 0 needs ``reduction`` ``logsumexp`` or ``logmeanexp``.
-
-    Options: those of ``infonce`` plus
-        beta: concentration β >= 0 of the importance weights.
-        tau_plus: debiasing prior τ⁺ in [0, 1); 0 turns debiasing off.
+    so τ⁺ > 0 needs ``reduction`` ``logsumexp`` or ``logmeanexp``. Its options are those of ``infonce``
+    and the two of :attr:`OPTION_DOCS`.
     """
+
+    OPTION_DOCS = {
+        'beta': 'concentration β >= 0 of the importance weights',
+        'tau_plus': 'debiasing prior τ⁺ in [0, 1); 0 turns debiasing off',
+    }
 
     def __init__(self, *, beta: float = 1.0, tau_plus: float = 0.0, **options):
         super().__init__(**options)

@@ -39,18 +39,6 @@ class InfoNCE(ContrastiveLoss):
 
         L = mean over anchors of  -l(a, a+) + log sum_{c in N(a)} exp l(a, c)
 
-    Options:
-        similarity: ``cosine`` (aᵀb / (||a|| ||b||); the encoder should output unit vectors),
-            ``dot`` (aᵀb), or ``l1``/``l2``/``l3`` (-||a - b||_p^p, p = 1, 2, 3: the Laplace,
-            Gaussian and generalised-normal conditionals of Z21).
-        tau: temperature > 0 (Z21 default 1).
-        learn_tau: learn tau (parametrised as exp(log tau), started at ``tau``).
-        negatives: the negative set N(a), see ``identifiable_cl.losses.base``.
-        reduction: ``logsumexp`` or ``logmeanexp`` (positive in the denominator), or
-            ``decoupled_logsumexp`` or ``decoupled_logmeanexp`` (negatives only); see
-            ``identifiable_cl.losses.base`` for the equations.
-        lr: learning rate of the learnt tau (None = the trainer's loss lr).
-
     Reference codes reproduced exactly:
         Z21 (cl-ica, LpSimCLRLoss with simclr_compatibility_mode / SimCLRLoss on the fixed
         unit sphere): negatives="first_view", reduction="logsumexp", similarity l1/l2/l3 or
@@ -68,6 +56,15 @@ class InfoNCE(ContrastiveLoss):
         similarity "dot" on unit vectors resp. "l2" (CEBRA expands the squared distance, so
         agreement is up to rounding).
     """
+
+    OPTION_DOCS = {
+        'similarity': 'cosine (aᵀb / (||a|| ||b||); the encoder should output unit vectors), dot (aᵀb), or l1/l2/l3 (-||a - b||_p^p, p = 1, 2, 3: the Laplace, Gaussian and generalised-normal conditionals of Z21)',
+        'tau': 'temperature > 0 (Z21 default 1)',
+        'learn_tau': 'learn tau (parametrised as exp(log tau), started at tau)',
+        'negatives': 'the negative set N(a), see identifiable_cl.losses.base',
+        'reduction': 'logsumexp or logmeanexp (positive in the denominator), or decoupled_logsumexp or decoupled_logmeanexp (negatives only); see identifiable_cl.losses.base for the equations',
+        'lr': "learning rate of the learnt tau (None = the trainer's loss lr)",
+    }
 
     def __init__(
         self,

@@ -200,13 +200,13 @@ class Process(nn.Module):
         Config numbers are hashed as floats (:func:`dgp.checks.canonical`), so ``kappa: 10`` and
         ``kappa: 10.0`` give the same fingerprint.
         """
-        return self._fingerprint(canonical=True)
+        return self.fingerprint_of(checks.canonical({"config": self.config, "seed": self.seed}))
 
-    def _fingerprint(self, canonical: bool) -> str:
-        """With ``canonical=False``, the hash of runs saved before numbers were hashed canonically."""
+    def fingerprint_of(self, header: Mapping[str, Any]) -> str:
+        """The hash of ``header`` (JSON) followed by every drawn parameter; :meth:`fingerprint` hashes the
+        canonical config and seed."""
         h = hashlib.sha256()
-        header = {"config": self.config, "seed": self.seed}
-        h.update(json.dumps(checks.canonical(header) if canonical else header, sort_keys=True).encode())
+        h.update(json.dumps(header, sort_keys=True).encode())
         for name, tensor in sorted(self.state_dict().items()):
             h.update(name.encode())
             h.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
@@ -272,7 +272,7 @@ def load_process(saved: Mapping[str, Any] | str | Path, device: torch.device | s
         process.load_state_dict(saved["state"])
     except (RuntimeError, TypeError, AttributeError) as exc:
         raise ValueError(f"the saved process's parameters do not fit its config: {exc}") from exc
-    if saved["fingerprint"] not in (process.fingerprint(), process._fingerprint(canonical=False)):
+    if saved["fingerprint"] != process.fingerprint():
         raise ValueError(
             f"saved process fingerprint {saved['fingerprint']} does not match its parameters "
             f"({process.fingerprint()}); the file is corrupt or was edited"

@@ -30,7 +30,6 @@ from dgp.seeding import stream_seed
 from identifiable_cl import linear, rundir
 from identifiable_cl.config import (
     DEFAULTS,
-    fill_new_keys,
     merge_layer,
     parse_overrides,
     read_yaml_mapping,
@@ -39,6 +38,7 @@ from identifiable_cl.config import (
 )
 from identifiable_cl.encoders import ENCODERS
 from identifiable_cl.losses import LOSSES
+from identifiable_cl.migration import migrate, schema_version
 
 RESUMABLE = ("train", "eval", "device", "wandb")
 """Top-level config keys a resumed run may change."""
@@ -247,7 +247,13 @@ def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_
     checkpoint = run_dir / rundir.CHECKPOINT
     if need_checkpoint and not checkpoint.is_file():
         raise ValueError(f"{str(run_dir)!r} has no {rundir.CHECKPOINT}: the run never reached its first step")
-    config = fill_new_keys(rundir.read_config(run_dir))
+    config, saved = rundir.read_config(run_dir), rundir.load_torch(run_dir / rundir.DGP)
+    meta = rundir.read_json(run_dir / rundir.META, missing_ok=True)
+    try:
+        config, saved = migrate(config, saved, schema_version(meta))
+    except ValueError as exc:
+        raise ValueError(f"{run_dir / rundir.META}: {exc}") from exc
+    config = merge_layer(DEFAULTS, config, str(run_dir / rundir.CONFIG))
     for key in overrides or {}:
         if key.split(".")[0] not in RESUMABLE and not _saved_as(config, key, overrides[key]):
             fail(key, overrides[key], "cannot be changed on resume; only train.*, eval.*, device and wandb.* can")
@@ -258,7 +264,6 @@ def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_
     if overrides:
         config = merge_layer(config, overrides, "the command line")
         check(config)
-    saved = rundir.load_torch(run_dir / rundir.DGP)
     try:
         process = dgp.load_process(saved)
     except ValueError as exc:

@@ -52,8 +52,6 @@ class Leaf:
     choices: tuple[Any, ...] | None = None
     pattern: str | None = None
     allowed: str | None = None
-    legacy: tuple[Any] | None = None
-    """``(value,)``: how a run saved before the key existed behaved, when that is not the default."""
 
     def check(self, key: str, value: Any) -> None:
         """A ValueError naming ``key``, ``value`` and what is allowed, unless ``value`` fits."""
@@ -127,8 +125,7 @@ SCHEMA: dict[str, Leaf | Section] = {
     "train.precision": Leaf("fp32", "str", "fp32, or bf16: the encoder's forward pass under bfloat16 autocast "
                             "(worth it on GPUs and CPUs with AMX/AVX512-BF16 units only)", choices=("fp32", "bf16")),
     "train.matmul": Leaf("auto", "str", "how the encoder's float32 CPU matrix products run: blas (torch's own), "
-                         "onednn, or auto (onednn on AMD CPUs with AVX-512, measured 1.8x faster encoder steps there; "
-                         "blas elsewhere)", choices=MATMUL_BACKENDS, legacy=("blas",)),
+                         "onednn, or auto (onednn on AMD CPUs with AVX-512, blas elsewhere)", choices=MATMUL_BACKENDS),
     "train.loss_limit": Leaf(1e6, "float?", "stop when |loss| exceeds this (divergence); null: only NaN/inf stop",
                              above=0),
     "eval.n_fit": Leaf(4096, "int", "fit samples of the periodic held-out evaluation", minimum=2),
@@ -136,9 +133,9 @@ SCHEMA: dict[str, Leaf | Section] = {
     "eval.final_n_fit": Leaf(20480, "int", "fit samples of the final evaluation and the identity baseline", minimum=2),
     "eval.final_n_test": Leaf(40960, "int", "test samples of the final evaluation and the identity baseline", minimum=2),
     "eval.nonlinear": Leaf(True, "bool", "also measure nonlinear R² (kernel ridge)"),
-    "eval.n_centres": Leaf(500, "int", "Nyström centres of the periodic nonlinear R² (4x cheaper than 1000; on the "
-                           "default config 0.015 lower at initialisation, 0.005-0.007 after 500 steps)",
-                           minimum=1, legacy=(1000,)),
+    "eval.n_centres": Leaf(500, "int", "Nyström centres of the periodic nonlinear R² (fewer than the final "
+                           "evaluation's, for speed)",
+                           minimum=1),
     "eval.final_n_centres": Leaf(1000, "int", "Nyström centres of the final nonlinear R² and the identity baseline",
                                  minimum=1),
     "eval.in_sample": Leaf(False, "bool", "score on the fit sample, as the reference codes do"),
@@ -443,16 +440,13 @@ def read_yaml_mapping(path: Path, what: str = "config file") -> Mapping[str, Any
     return layer
 
 
-def fill_new_keys(config: dict[str, Any]) -> dict[str, Any]:
-    """Add every non-component key missing from ``config`` (a run saved before the key existed): its
-    ``legacy`` value where it has one, else its default."""
-    for key, leaf in LEAVES.items():
-        parts = key.split(".")
-        node = config
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node.setdefault(parts[-1], leaf.legacy[0] if leaf.legacy is not None else _get(DEFAULTS, key))
-    return config
+def set_default(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set the ``dotted`` key of a nested config to ``value`` unless it is there already."""
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node.setdefault(parts[-1], value)
 
 
 def flat_keys(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,12 +1,9 @@
 """Linear layers whose float32 products on a CPU may run through oneDNN instead of torch's BLAS.
 
-torch computes a float32 ``nn.Linear`` on a CPU with its BLAS (MKL in the x86 wheels). On AMD CPUs
-with AVX-512 that BLAS does not use the 512-bit units: measured on a 2-core AMD EPYC (Zen 5), at
-the reference encoder's shapes (12288 × 500 by 500 × 500), MKL ran the products at about
-160-180 GFLOP/s, oneDNN (the library torch already uses for bf16) at about 410 GFLOP/s for
-y = x Wᵀ and ∂x = g W and 260 GFLOP/s for ∂W = gᵀ x, which made the reference encoder's training
-step (forward, backward, Adam) 1.77-1.84× faster at 2000 and 12288 rows, the two timed in turn
-(``icl bench --only precision`` prints the step with either backend).
+torch computes a float32 ``nn.Linear`` on a CPU with its BLAS (MKL in the x86 wheels), which leaves
+the 512-bit units of AMD CPUs with AVX-512 unused; oneDNN (the library torch already uses for bf16)
+uses them (``icl bench --only precision`` prints the training step with either backend; the README's
+Benchmarks section has the figures).
 
 ``train.matmul`` chooses the backend of :class:`Linear` (the encoder's layers):
 
@@ -14,7 +11,7 @@ step (forward, backward, Adam) 1.77-1.84× faster at 2000 and 12288 rows, the tw
 - ``onednn``: the three products of a layer, forward and backward, through oneDNN's matrix product
   (``torch.ops.mkldnn._linear_pointwise``); ∂b = Σ_rows g.
 - ``auto`` (default): ``onednn`` on AMD CPUs with AVX-512 where torch has the oneDNN operator,
-  ``blas`` elsewhere (on other CPUs torch's BLAS was not measured slower).
+  ``blas`` elsewhere.
 
 The backend changes only the order in which float32 sums are rounded (about 1e-7 relative, as
 between two CPUs), never what is computed. Inputs that are not 2-D float32 CPU tensors, layers under

@@ -4,7 +4,7 @@
 
     RUN_DIR/
       config.yaml     resolved config
-      meta.json       version, git revision, command, device, start time
+      meta.json       schema version of these files, version, git revision, command, device, start time
       dgp.pt          the process: config, seed, drawn parameters, fingerprint
       checkpoint.pt   encoder, loss, optimizer, RNG states, step
       metrics.jsonl   one record per logging/evaluation step
@@ -35,6 +35,7 @@ import yaml
 import identifiable_cl
 from dgp.files import load_tensors
 from identifiable_cl.config import read_yaml_mapping
+from identifiable_cl.migration import SCHEMA_VERSION
 
 CONFIG, META, DGP, CHECKPOINT, METRICS, SUMMARY, READOUT = (
     "config.yaml",
@@ -209,6 +210,7 @@ def git_revision() -> str | None:
 def meta(device: torch.device, matmul: str | None = None) -> dict[str, Any]:
     """Where and how the run was made; ``matmul``: the backend ``train.matmul`` resolved to."""
     return {
+        "schema_version": SCHEMA_VERSION,
         "version": identifiable_cl.__version__,
         "git_revision": git_revision(),
         "command": sys.argv,

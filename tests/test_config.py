@@ -67,17 +67,3 @@ def test_presets_resolve_by_name():
     switched = load_config("sphere", ["--loss.name=aninfonce"])
     assert switched["loss"] == {"name": "aninfonce"}
     assert load_config("content_style")["loss"]["negatives"] == "independent"
-
-
-def test_a_run_saved_before_a_key_existed_gets_the_value_it_ran_with():
-    from identifiable_cl.config import LEAVES, fill_new_keys
-
-    saved = load_config(None, {})
-    del saved["eval"]["n_centres"], saved["eval"]["final_n_centres"], saved["train"]["matmul"]
-    filled = fill_new_keys(saved)
-    # and ran their float32 products through torch's BLAS
-    assert filled["train"]["matmul"] == "blas" != DEFAULTS["train"]["matmul"]
-    # runs saved before eval.n_centres existed fitted every nonlinear R² on 1000 centres
-    assert filled["eval"]["n_centres"] == 1000 != DEFAULTS["eval"]["n_centres"]
-    assert filled["eval"]["final_n_centres"] == DEFAULTS["eval"]["final_n_centres"] == 1000
-    assert LEAVES["eval.n_centres"].legacy == (1000,)

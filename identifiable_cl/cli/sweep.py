@@ -212,7 +212,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--devices", help="comma-separated GPU ids, assigned round-robin to the workers (CUDA_VISIBLE_DEVICES)")
     p.add_argument("--pack", type=int, default=1, metavar="K",
                    help="train up to K runs of the same tensor shapes in one process (default 1: on a CPU a pack steps "
-                        "its runs in turn and shares only start-up, 1.25-1.31x for eight 500-step default runs; on a GPU "
+                        "its runs in turn and shares only start-up; on a GPU "
                         "it batches them into one computation that fills the device)")
     p.add_argument("--dry-run", action="store_true", help="print the planned runs and their arguments; run nothing")
     p.set_defaults(func=cmd_run)

@@ -12,8 +12,8 @@ def symmetric_eig(a: Tensor) -> tuple[Tensor, Tensor]:
     """Eigenvalues (ascending) and eigenvectors of the symmetric matrix a, as torch.linalg.eigh.
 
     On the CPU the decomposition runs on one thread: LAPACK's multithreaded symmetric eigensolver
-    slows down by orders of magnitude (0.16 s → 10 s for 1000 × 1000, measured) when other
-    processes share the cores, and gains little when they do not.
+    slows down by orders of magnitude when other processes share the cores, and gains little when
+    they do not.
     """
     if a.device.type != "cpu":
         return torch.linalg.eigh(a)

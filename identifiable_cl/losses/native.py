@@ -38,7 +38,7 @@ FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-ffp-contract=off", "-fno-mat
 VARIANTS = tuple(wide + rest for rest in (["-fopenmp", "-lmvec", "-lm"], ["-fopenmp", "-lm"], ["-lmvec", "-lm"], ["-lm"])
                  for wide in (["-mprefer-vector-width=512"], []))
 """Tried in order: with OpenMP threads and libmvec's vector exp, then without either; each first with
-512-bit vectors preferred (used where the CPU has AVX-512; 10-15 % faster kernels there)."""
+512-bit vectors preferred (used where the CPU has AVX-512)."""
 POWERS = {"dot": 0, "l1": 1, "l2": 2, "l3": 3}
 
 _lock = threading.Lock()

@@ -58,7 +58,7 @@ importance resampling, the sampler's own ESS (``last_ess`` of
 :class:`dgp.negatives.TiltedNegatives`) is reported too; on the sphere its draws are exact.
 
 The check runs torch on one thread (restored afterwards): its tensors are small, and on a machine
-whose cores are busy with training runs, two intra-op threads made it about ten times slower.
+whose cores are busy with training runs, intra-op threads slow it down.
 """
 
 from __future__ import annotations

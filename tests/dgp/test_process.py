@@ -150,15 +150,6 @@ def test_fingerprints_hash_canonical_numbers():
     assert other.fingerprint() != as_float.fingerprint()
 
 
-def test_processes_saved_with_the_earlier_fingerprint_still_load():
-    process = dgp.build_process(CONFIGS["box_laplace"], seed=0)
-    saved = {**process.to_dict(), "fingerprint": process._fingerprint(canonical=False)}
-    assert saved["fingerprint"] != process.fingerprint()
-    assert state_equal(load_process(saved), process)
-    with pytest.raises(ValueError, match="does not match its parameters"):
-        load_process({**saved, "fingerprint": "0" * 16})
-
-
 def test_marginal_and_conditional_must_agree_on_the_content_block():
     config = {
         "space": "euclidean", "mixing": "identity",

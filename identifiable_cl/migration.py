@@ -1,0 +1,70 @@
+"""Older run folders brought up to the files this code writes: one schema version, one :func:`migrate`.
+
+``meta.json`` records the ``schema_version`` of a run folder's files (:data:`SCHEMA_VERSION` when this
+code writes it); a folder without one is version 1. :func:`identifiable_cl.components.load_run` reads
+a run's files as written (:mod:`identifiable_cl.rundir`) and upgrades them here, one version at a
+time, in memory: nothing on disk changes until the run is written again (a resume rewrites its
+config and meta).
+
+Version 1 → 2 (runs saved before the schema version existed):
+
+- two config keys added since then behaved otherwise than their default before they existed
+  (:data:`VERSION_1_BEHAVIOUR`): the encoder's float32 CPU products ran through torch's BLAS
+  (``train.matmul: blas``), and the periodic nonlinear R² was fitted on 1,000 Nyström centres
+  (``eval.n_centres: 1000``); every other key a saved config lacks takes its default, as for any
+  version (a saved config is a layer over the defaults);
+- the process's fingerprint in ``dgp.pt`` may hash its config's numbers as written (``kappa: 10`` and
+  ``kappa: 10.0`` then hashed differently); when it does, today's canonical fingerprint replaces it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Mapping
+
+import dgp
+from identifiable_cl.config import set_default
+
+SCHEMA_VERSION = 2
+"""The version of the run folder files this code writes (``meta.json``'s ``schema_version``)."""
+VERSION_1_BEHAVIOUR: dict[str, Any] = {"train.matmul": "blas", "eval.n_centres": 1000}
+"""Keys added before version 2 whose earlier behaviour differs from their default."""
+
+Saved = tuple[dict[str, Any], dict[str, Any]]
+"""A run's config and its saved process (``dgp.pt``'s mapping)."""
+
+
+def schema_version(meta: Mapping[str, Any] | None) -> int:
+    """The schema version ``meta.json`` records (1 when it records none, or is missing)."""
+    version = (meta or {}).get("schema_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"schema_version={version!r} is invalid: a version number >= 1")
+    return version
+
+
+def _from_1(config: dict[str, Any], saved: dict[str, Any]) -> Saved:
+    for key, value in VERSION_1_BEHAVIOUR.items():
+        set_default(config, key, value)
+    try:
+        process = dgp.Process(saved["config"], saved["seed"])
+        process.load_state_dict(saved["state"])
+    except (KeyError, RuntimeError, TypeError, ValueError, AttributeError):
+        return config, saved  # damaged: dgp.load_process says what is wrong
+    if saved.get("fingerprint") == process.fingerprint_of({"config": process.config, "seed": process.seed}):
+        saved = {**saved, "fingerprint": process.fingerprint()}
+    return config, saved
+
+
+STEPS: dict[int, Callable[[dict[str, Any], dict[str, Any]], Saved]] = {1: _from_1}
+"""``STEPS[v]`` upgrades version v to v + 1."""
+
+
+def migrate(config: Mapping[str, Any], saved: Mapping[str, Any], version: int) -> Saved:
+    """A run's config and saved process as this code writes them, from files of schema ``version``."""
+    if version > SCHEMA_VERSION:
+        raise ValueError(f"schema_version={version} is newer than this identifiable-cl reads (up to "
+                         f"{SCHEMA_VERSION}): the run was saved by a later version; upgrade to read it")
+    config, saved = copy.deepcopy(dict(config)), dict(saved)
+    for step in range(version, SCHEMA_VERSION):
+        config, saved = STEPS[step](config, saved)
+    return config, saved

@@ -1,0 +1,88 @@
+"""Run folders of older schema versions load as the runs they were, through one migrate()."""
+
+import json
+
+import pytest
+import torch
+import yaml
+
+import dgp
+from identifiable_cl import rundir
+from identifiable_cl.components import load_run
+from identifiable_cl.config import DEFAULTS
+from identifiable_cl.migration import SCHEMA_VERSION, migrate, schema_version
+from identifiable_cl.training import Trainer
+from tests.test_training import tiny_config
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    """A run saved by today's code: 20 steps of the default process with integer-valued numbers."""
+    import identifiable_cl.training as training
+
+    monkeypatch.setattr(training, "draw_figures_if_possible", lambda run_dir: {})
+    config = tiny_config(**{"train.steps": 20, "train.checkpoint_every": 10, "dgp.conditional.scale": 0.1,
+                            "dgp.space.high": 1})
+    Trainer.create(config, tmp_path / "run", progress=False).run()
+    return tmp_path / "run"
+
+
+def as_version_1(run_dir):
+    """The run's files as a run saved before the schema version existed would hold them: no schema_version
+    in meta.json, no train.matmul and eval.n_centres in config.yaml, the earlier fingerprint in dgp.pt."""
+    meta = rundir.read_json(run_dir / rundir.META)
+    del meta["schema_version"]
+    (run_dir / rundir.META).write_text(json.dumps(meta))
+    config = yaml.safe_load((run_dir / rundir.CONFIG).read_text())
+    del config["train"]["matmul"], config["eval"]["n_centres"], config["eval"]["final_n_centres"]
+    (run_dir / rundir.CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
+    saved = rundir.load_torch(run_dir / rundir.DGP)
+    process = dgp.load_process(saved)
+    earlier = process.fingerprint_of({"config": process.config, "seed": process.seed})
+    assert earlier != process.fingerprint()  # the box's high: 1 is hashed as written
+    torch.save({**saved, "fingerprint": earlier}, run_dir / rundir.DGP)
+    return process.fingerprint()
+
+
+def test_todays_run_records_the_schema_version_and_loads_unchanged(run):
+    assert rundir.read_json(run / rundir.META)["schema_version"] == SCHEMA_VERSION
+    c = load_run(run)
+    assert c.config == rundir.read_config(run) and c.step == 20
+    config, saved = rundir.read_config(run), rundir.load_torch(run / rundir.DGP)
+    assert migrate(config, saved, SCHEMA_VERSION) == (config, saved)
+
+
+def test_a_version_1_run_gets_the_behaviour_it_ran_with_and_resumes(run):
+    fingerprint = as_version_1(run)
+    with pytest.raises(ValueError, match="does not match its parameters"):
+        dgp.load_process(rundir.load_torch(run / rundir.DGP))  # only the migration knows the earlier hash
+    c = load_run(run)
+    # they ran their float32 products through torch's BLAS
+    assert c.config["train"]["matmul"] == "blas" != DEFAULTS["train"]["matmul"]
+    # and fitted every nonlinear R² on 1000 centres
+    assert c.config["eval"]["n_centres"] == 1000 != DEFAULTS["eval"]["n_centres"]
+    assert c.config["eval"]["final_n_centres"] == DEFAULTS["eval"]["final_n_centres"] == 1000
+    assert c.process.fingerprint() == fingerprint and c.step == 20
+    summary = Trainer.resume(run, {"train.steps": 30}, progress=False).run()
+    assert summary["steps"] == 30 and summary["dgp_fingerprint"] == fingerprint
+    assert yaml.safe_load((run / rundir.CONFIG).read_text())["train"]["matmul"] == "blas"  # rewritten as it ran
+
+
+def test_a_damaged_earlier_fingerprint_is_still_refused(run):
+    as_version_1(run)
+    saved = rundir.load_torch(run / rundir.DGP)
+    torch.save({**saved, "fingerprint": "0" * 16}, run / rundir.DGP)
+    with pytest.raises(ValueError, match="dgp.pt: saved process fingerprint 0000000000000000 does not match"):
+        load_run(run)
+
+
+@pytest.mark.parametrize("meta,message", [
+    ({"schema_version": SCHEMA_VERSION + 1}, f"schema_version={SCHEMA_VERSION + 1} is newer than this identifiable-cl "
+                                             f"reads \\(up to {SCHEMA_VERSION}\\)"),
+    ({"schema_version": "2"}, "schema_version='2' is invalid: a version number >= 1"),
+])
+def test_versions_it_cannot_read_are_named(run, meta, message):
+    (run / rundir.META).write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=f"meta.json: {message}"):
+        load_run(run)
+    assert schema_version({}) == schema_version(None) == 1

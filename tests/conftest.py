@@ -70,3 +70,22 @@ def run(finished, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(finished, copy)
     return copy
+
+
+@pytest.fixture
+def interrupt_at(monkeypatch):
+    """``interrupt_at(step)``: from then on, a run's step raises KeyboardInterrupt (as Ctrl-C does) when the
+    run stands at ``step``; ``interrupt_at(None)`` gives training its real step back."""
+    from identifiable_cl import training
+
+    real = training.train_step
+
+    def at(step):
+        def interrupted(c):
+            if c.step == step:
+                raise KeyboardInterrupt
+            return real(c)
+
+        monkeypatch.setattr(training, "train_step", real if step is None else interrupted)
+
+    return at

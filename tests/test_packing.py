@@ -91,17 +91,8 @@ def test_a_failing_run_leaves_the_pack(tmp_path):
     assert (tmp_path / "r0" / rundir.SUMMARY).exists() and not (tmp_path / "r1" / rundir.SUMMARY).exists()
 
 
-def test_an_interrupted_pack_says_what_each_run_kept(tmp_path, monkeypatch):
-    import identifiable_cl.training as training
-
-    real = training.train_step
-
-    def interrupted(c):
-        if c.step == 12:
-            raise KeyboardInterrupt
-        return real(c)
-
-    monkeypatch.setattr(training, "train_step", interrupted)
+def test_an_interrupted_pack_says_what_each_run_kept(tmp_path, interrupt_at):
+    interrupt_at(12)
     cfgs = [tiny_config(**{"train.steps": 20, "train.checkpoint_every": 10, "seed": s}) for s in (0, 1)]
     with pytest.raises(Interrupted) as caught:
         run_packed([Trainer.create(c, tmp_path / f"r{i}", progress=False) for i, c in enumerate(cfgs)])
@@ -109,7 +100,7 @@ def test_an_interrupted_pack_says_what_each_run_kept(tmp_path, monkeypatch):
     assert str(caught.value) == "; ".join(
         f"interrupted at step 12 of 20; the checkpoint of step 10 is kept in {tmp_path / f'r{i}'}; "
         f"continue with: icl train --resume {tmp_path / f'r{i}'}" for i in range(2))
-    monkeypatch.setattr(training, "train_step", real)
+    interrupt_at(None)
     resumed = Trainer.resume(tmp_path / "r1", progress=False).run()
     alone = Trainer.create(cfgs[1], tmp_path / "alone", progress=False).run()
     assert resumed["r2_linear"] == alone["r2_linear"]

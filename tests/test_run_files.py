@@ -148,24 +148,15 @@ def test_without_a_loss_limit_only_non_finite_losses_stop(tmp_path, monkeypatch,
     assert summary["steps"] == 20
 
 
-def test_ctrl_c_keeps_the_checkpoint_and_says_how_to_resume(tmp_path, monkeypatch, capsys, tiny):
-    import identifiable_cl.training as training
-
-    real = training.train_step
-
-    def interrupted(c):
-        if c.step == 15:
-            raise KeyboardInterrupt
-        return real(c)
-
-    monkeypatch.setattr(training, "train_step", interrupted)
+def test_ctrl_c_keeps_the_checkpoint_and_says_how_to_resume(tmp_path, interrupt_at, capsys, tiny):
+    interrupt_at(15)
     run_dir = tmp_path / "run"
     args = ["train", *(f"--{k}={v}" for k, v in tiny.items()), "--run-dir", str(run_dir), "--quiet"]
     assert main(args) == 130  # the exit code of a run stopped by SIGINT
     err = capsys.readouterr().err
     assert "interrupted at step 15 of 20; the checkpoint of step 10 is kept" in err
     assert f"icl train --resume {run_dir}" in err
-    monkeypatch.setattr(training, "train_step", real)
+    interrupt_at(None)
     assert main(["train", "--resume", str(run_dir), "--quiet"]) == 0
 
 

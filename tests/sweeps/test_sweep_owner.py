@@ -120,8 +120,7 @@ def test_group_by_an_unknown_key_is_an_error(tmp_path):
         results([tmp_path / "out"], group_by=["loss.tauu"])
 
 
-def test_an_interrupted_icl_train_run_resumes_from_its_checkpoint(tmp_path, tiny, monkeypatch):
-    import identifiable_cl.training as training
+def test_an_interrupted_icl_train_run_resumes_from_its_checkpoint(tmp_path, tiny, interrupt_at):
     from identifiable_cl.components import load_config
     from identifiable_cl.sweeps.local import PARAMS, RUN, write_params
     from identifiable_cl.training import Interrupted, Trainer
@@ -137,17 +136,10 @@ def test_an_interrupted_icl_train_run_resumes_from_its_checkpoint(tmp_path, tiny
     # the state a killed runner leaves: the run's folder, its checkpoint at step 10, a 'running' status
     run.folder.mkdir(parents=True)
     write_params(run.folder / PARAMS, run.params)
-    step = training.train_step
-
-    def killed_after_ten(c):
-        if c.step == 13:
-            raise KeyboardInterrupt
-        return step(c)
-
-    monkeypatch.setattr(training, "train_step", killed_after_ten)
+    interrupt_at(13)
     with pytest.raises(Interrupted):
         Trainer.create(load_config(None, run.params), run.folder / RUN, progress=False).run()
-    monkeypatch.setattr(training, "train_step", step)
+    interrupt_at(None)
     command = [sys.executable, "-m", "identifiable_cl.cli", "train", "--run-dir", str(run.folder / RUN)]
     (run.folder / STATUS).write_text(json.dumps({"state": "running", "exit_code": None, "pid": 999999999,
                                                  "command": command}))

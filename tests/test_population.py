@@ -282,6 +282,13 @@ def test_population_must_be_a_mapping():
 
 
 def test_optimal_tau_needs_the_vmf_tilted_setting():
-    experiment = _experiment(series=[{"label": "loss", "runs": ["loss1"], "tau": "optimal"}])
     with pytest.raises(ValueError, match=r"population\.series\[0\]\.tau=optimal: run loss1.*hard_negative"):
-        population.run_check(experiment, "smoke")
+        _experiment(series=[{"label": "loss", "runs": ["loss1"], "tau": "optimal"}])  # refused when loaded
+
+
+def test_a_loss_without_temperature_is_refused_when_loaded():
+    raw = _raw(series=[{"label": "an", "runs": ["an"]}])
+    raw["runs"].append({"label": "an", "description": "AnInfoNCE", "overrides": {"loss.name": "aninfonce"}})
+    with pytest.raises(ValueError, match=r"pop\.yaml\.population\.series\[0\]: run an has loss.name='aninfonce'; the "
+                                         r"population check scores losses with a temperature τ: infonce, hard_negative"):
+        parse_experiment(raw, Path("."), "pop.yaml")

@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from identifiable_cl.components import load_config
-from identifiable_cl.config import drops_options, read_yaml_mapping
+from identifiable_cl.config import DEFAULTS, drops_options, merge_layer, read_yaml_mapping
 from identifiable_cl.packaged import EXPERIMENTS_DIR
 from identifiable_cl.reproduce.claims import Claim
 from identifiable_cl.sweeps.spec import is_config_key, parse_sweep
@@ -464,6 +464,11 @@ def parse_experiment(raw: Any, folder: Path, source: str) -> Experiment:
         folder=folder,
         population=_population(f"{source}.population", raw.get("population"), labels),
     )
+    if experiment.population is not None:
+        for scale in experiment.scale_names():
+            configs = {label: merge_layer(DEFAULTS, experiment.overrides(label, scale), f"{source} ({scale})")
+                       for label in experiment.population.labels()}
+            check_population_runs(experiment.population, configs, f"{source}.population")
     return experiment
 
 
@@ -483,6 +488,42 @@ def load_experiment(name: str | Path, root: Path = EXPERIMENTS_DIR) -> Experimen
         known = ", ".join(experiment_names(root)) or "none"
         raise ValueError(f"experiment {str(name)!r} not found (no {FILE}); experiments in {root}: {known}")
     return parse_experiment(dict(read_yaml_mapping(path, "experiment file")), path.parent, str(path))
+
+
+WITH_TEMPERATURE = ("infonce", "hard_negative")
+"""The losses the check scores: those with a temperature τ."""
+
+
+def check_population_runs(spec: Population, configs: Mapping[str, Mapping[str, Any]], where: str) -> None:
+    """That every run of the entry fits the check (module docstring), from the runs' configs at one scale
+    (label → nested config, resolved but not built); a ValueError naming the series and the run otherwise."""
+    for i, series in enumerate(spec.series):
+        for label in series.runs:
+            config = configs[label]
+            if config["loss"]["name"] not in WITH_TEMPERATURE:
+                raise ValueError(f"{where}.series[{i}]: run {label} has loss.name={config['loss']['name']!r}; the "
+                                 f"population check scores losses with a temperature τ: {', '.join(WITH_TEMPERATURE)}")
+            if series.tau == "optimal":
+                _optimal_setting(config, f"{where}.series[{i}]", label)
+
+
+def _optimal_setting(config: Mapping[str, Any], where: str, label: str) -> None:
+    """The optimal temperature exists for the run ``config`` (vMF, sphere, uniform, cosine InfoNCE)."""
+    dgp_config, loss = config["dgp"], config["loss"]
+    problems = [f"dgp.{key}.name={dgp_config[key]['name']!r} (needs {wanted})"
+                for key, wanted in (("space", "sphere"), ("conditional", "vmf"), ("marginal", "uniform"))
+                if dgp_config[key]["name"] != wanted]
+    if loss["name"] != "infonce" or loss.get("similarity", "cosine") != "cosine":
+        problems.append(f"loss.name={loss['name']!r} with similarity {loss.get('similarity')!r} "
+                        "(needs infonce with cosine)")
+    if dgp_config["negatives"]["name"] not in ("none", "marginal", "tilted"):
+        problems.append(f"dgp.negatives.name={dgp_config['negatives']['name']!r} (needs none, marginal or tilted)")
+    if problems:
+        raise ValueError(
+            f"{where}.tau=optimal: run {label} has {'; '.join(problems)}; the optimal temperature 1/(κ − β r²) "
+            "holds for vMF(κ) positives with negatives tilted by β from a uniform marginal on the sphere, scored "
+            "by InfoNCE with a cosine critic; use tau: run for this series"
+        )
 
 
 def check_experiment(experiment: Experiment, scales: tuple[str, ...] | None = None) -> None:

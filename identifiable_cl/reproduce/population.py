@@ -10,32 +10,20 @@ and, for a series with ``tau: optimal``, the loss's temperature is the optimal o
 estimated by Monte Carlo over fresh batches (``batches`` of ``batch_size`` anchors, drawn from the
 entry's ``seed``) for a family of encoders applied to the latents:
 
-- ``identity``: the true inverse, φ(z) = z;
-- ``rotation``: φ(z) = R z with a Haar-random orthogonal R (drawn from the entry's seed). Every
-  loss here depends on the encodings through their inner products only, which a rotation keeps, so
-  its margin must vanish up to rounding: a sanity row, not a distortion;
-- ``constant``: φ(z) = r e_1, the collapsed encoder. All its logits are equal, so its loss is known
-  in closed form (log(K + 1) for InfoNCE with K negatives and the positive in the denominator, at
-  any τ). With the process's tilted negatives at β r² = κ the positive and the K negatives are
-  exchangeable given the anchor, so E[l⁺] = E[mean_j l_j] for every encoder, and log Σ_j exp l_j ≥
-  log(K + 1) + mean_j l_j then bounds every encoder's loss below by the constant's: the true
-  inverse must lose to collapse there. Past κ the negatives are the closer ones, and the row shows
-  which of the two the objective prefers (as it does for the loss-side reweighting);
-- ``stretch ε``: φ(z) = π(z + ε D z), D = diag(1, …, 1, 0, …, 0) with ones on the first ⌈n/2⌉
-  coordinates: half the coordinates stretched by 1 + ε before π puts the point back on the sphere.
-  It is a smooth bijection of the sphere but not an isometry (it pulls points towards the sphere
-  of the stretched coordinates, changing distances unevenly), so it changes the inner products
-  the loss sees, and identifiability theory says the true inverse must beat it;
-- ``warp ε``: φ(z) = π(z + (ε/ω) sin(ω S z)), S the cyclic shift of coordinates ((S z)_i =
-  z_{i+1}), ω = π√n / r (so that ω z_i, with z_i of order r/√n, covers the sine's curvature): a
-  nonlinear, coordinate-mixing deformation whose perturbation has Lipschitz constant ε (so z ↦ z +
-  perturbation is injective on R^n for ε < 1); it checks that the margins do not hinge on the
-  distortion being linear.
+the true inverse, a Haar-random rotation, the constant (collapsed) encoder and the stretched and
+warped distortions of :mod:`identifiable_cl.reproduce.margins`, which also says how the margins
+L(φ) − L(id) and their standard errors are taken. The constant encoder's logits are all equal, so
+its loss is known in closed form (log(K + 1) for InfoNCE with K negatives and the positive in the
+denominator, at any τ). With the process's tilted negatives at β r² = κ the positive and the K
+negatives are exchangeable given the anchor, so E[l⁺] = E[mean_j l_j] for every encoder, and
+log Σ_j exp l_j ≥ log(K + 1) + mean_j l_j then bounds every encoder's loss below by the constant's:
+the true inverse must lose to collapse there. Past κ the negatives are the closer ones, and the row
+shows which of the two the objective prefers (as it does for the loss-side reweighting).
 
-Here π is the projection onto the latent sphere of radius r (for latents elsewhere π is the
-identity). Every encoder sees the same batches (common random numbers), so the margin L(φ) −
-L(id), a mean of per-batch differences, has a far smaller standard error than the losses
-themselves; the standard errors reported are those over batches.
+Which runs fit. Every run of a series must score a loss with a temperature τ (``infonce`` or
+``hard_negative``); a series with ``tau: optimal`` needs the setting below. Both are checked when
+the experiment file is loaded (:func:`identifiable_cl.reproduce.experiment.check_population_runs`),
+naming the run.
 
 Temperature. With vMF(κ) positives on the sphere of radius r and negatives tilted by β from a
 uniform marginal, q_β(z⁻|z) ∝ exp(β zᵀz⁻) p(z⁻), the optimal InfoNCE critic is log p(z⁺|z)/q_β(z⁺|z)
@@ -64,49 +52,19 @@ whose cores are busy with training runs, intra-op threads slow it down.
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 from torch import Tensor
 
 import dgp
-from dgp.conditionals.vmf import VonMisesFisher
-from dgp.negatives import TiltedNegatives
-from dgp.seeding import stream_seed
-from dgp.spaces import Sphere
 from identifiable_cl import components
-from identifiable_cl.losses.hard_negative import HardNegativeInfoNCE
-from identifiable_cl.losses.infonce import InfoNCE
 from identifiable_cl.reproduce.experiment import Experiment, Population, PopulationSeries
-
-IDENTITY, ROTATION, CONSTANT = "identity", "rotation", "constant"
-SIGNIFICANT = 2.0
-"""A margin counts as nonzero when it is at least this many standard errors from 0."""
-
-
-Encoder = Callable[[Tensor], Tensor]
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A Monte-Carlo mean with its standard error over batches."""
-
-    mean: float
-    se: float
-
-    @classmethod
-    def of(cls, values: Tensor) -> "Estimate":
-        values = values.double()
-        se = float(values.std(unbiased=True)) / math.sqrt(values.numel()) if values.numel() > 1 else math.nan
-        return cls(float(values.mean()), se)
-
-    def significant(self) -> bool:
-        return abs(self.mean) >= SIGNIFICANT * self.se
-
-    def to_json(self) -> dict[str, float]:
-        return {"mean": self.mean, "se": self.se}
+from identifiable_cl.reproduce.margins import (
+    CONSTANT, ROTATION, SIGNIFICANT, Estimate, draws, encoder_name, encoders, expected_losses, kish_ess, margins,
+    pooled, ratio,
+)
 
 
 @dataclass(frozen=True)
@@ -188,124 +146,42 @@ class PopulationCheck:
         }
 
 
-# ---------------------------------------------------------------------------------------------
-# encoders
-
-
-def encoder_name(distortion: str, epsilon: float) -> str:
-    return f"{distortion} {epsilon:g}"
-
-
-def haar_rotation(n: int, seed: int) -> Tensor:
-    """A Haar-random ``(n, n)`` orthogonal matrix (float64): Q of the QR of a Gaussian matrix, with the
-    signs of R's diagonal moved into Q (without that step Q is not Haar-distributed)."""
-    g = torch.Generator().manual_seed(stream_seed(seed, "population.rotation"))
-    q, r = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
-    return q * torch.sign(torch.diagonal(r)).unsqueeze(0)
-
-
-def encoders(process: dgp.Process, spec: Population) -> dict[str, Encoder]:
-    """The family of the module docstring for ``process``'s latents, identity first."""
-    n = process.dim
-    space = process.space
-    radius = _radius(process)
-    project: Callable[[Tensor], Tensor] = space.project if isinstance(space, Sphere) else (lambda z: z)
-    rotation = haar_rotation(n, spec.seed).to(device=process.device, dtype=process.dtype)
-    stretch = torch.zeros(n, device=process.device, dtype=process.dtype)
-    stretch[: math.ceil(n / 2)] = 1.0
-    omega = math.pi * math.sqrt(n) / radius
-
-    def stretched(eps: float) -> Encoder:
-        return lambda z: project(z + eps * stretch * z)
-
-    def warped(eps: float) -> Encoder:
-        return lambda z: project(z + (eps / omega) * torch.sin(omega * torch.roll(z, -1, dims=-1)))
-
-    def constant(z: Tensor) -> Tensor:
-        out = torch.zeros_like(z)
-        out[..., 0] = radius
-        return out
-
-    family: dict[str, Encoder] = {IDENTITY: lambda z: z, ROTATION: lambda z: z @ rotation.T, CONSTANT: constant}
-    for distortion in spec.distortions:
-        make = stretched if distortion == "stretch" else warped
-        for eps in spec.epsilons:
-            family[encoder_name(distortion, eps)] = make(eps)
-    return family
-
-
-# ---------------------------------------------------------------------------------------------
-# effective sample size
-
-
-def kish_ess(log_weights: Tensor) -> Tensor:
-    """Kish's effective sample size (Σ_j w_j)²/Σ_j w_j² along the last dimension, from log-weights
-    (``-inf`` = weight 0, an excluded entry), in float64: n for n equal weights, 1 when one weight
-    carries everything."""
-    log_w = log_weights.double()
-    return torch.exp(2.0 * torch.logsumexp(log_w, dim=-1) - torch.logsumexp(2.0 * log_w, dim=-1))
-
-
-def weight_logits(loss: torch.nn.Module, h: Tensor, h_pos: Tensor, h_neg: Tensor | None) -> tuple[Tensor, int] | None:
-    """log w of each anchor's negatives ``(R, K)`` (-inf where excluded) and the number of negatives, for the
-    ``hard_negative`` loss's importance weights w = exp(β l), l = sim/τ; None for other losses."""
-    if not isinstance(loss, HardNegativeInfoNCE):
-        return None
-    terms = loss.terms(h, h_pos, h_neg)
-    neg = terms.neg
-    log_w = torch.where(torch.isfinite(neg), loss.beta * neg, torch.full_like(neg, -math.inf))
-    return log_w, int(terms.n_neg)
-
-
-# ---------------------------------------------------------------------------------------------
-# temperature and hardness
-
-
-def hardness(process: dgp.Process, loss: torch.nn.Module) -> tuple[str, float]:
+def hardness(config: Mapping[str, Any], built: components.Components) -> tuple[str, float]:
     """Where a run's negatives are made hard and by which β: ``("dgp", β)`` for tilted negatives drawn by
     the process, ``("loss", β)`` for the ``hard_negative`` loss's importance weights, ``("none", 0)``
     otherwise."""
-    if isinstance(process.negatives, TiltedNegatives):
-        return "dgp", float(process.negatives.beta)
-    if isinstance(loss, HardNegativeInfoNCE):
-        return "loss", float(loss.beta)
+    if config["dgp"]["negatives"]["name"] == "tilted":
+        return "dgp", float(built.process.negatives.beta)
+    if config["loss"]["name"] == "hard_negative":
+        return "loss", float(built.loss.beta)
     return "none", 0.0
 
 
-def _radius(process: dgp.Process) -> float:
-    return float(process.space.radius) if isinstance(process.space, Sphere) else 1.0
+def weight_logits(loss: torch.nn.Module, h: Tensor, h_pos: Tensor, h_neg: Tensor | None) -> tuple[Tensor, int]:
+    """log w of each anchor's negatives ``(R, K)`` (-inf where excluded) and the number of negatives, for the
+    ``hard_negative`` loss's importance weights w = exp(β l), l = sim/τ."""
+    terms = loss.terms(h, h_pos, h_neg)
+    neg = terms.neg
+    log_w = torch.where(torch.isfinite(neg), loss.beta * neg, torch.full_like(neg, -torch.inf))
+    return log_w, int(terms.n_neg)
 
 
-def _kappa(process: dgp.Process) -> float | None:
-    return float(process.conditional.kappa) if isinstance(process.conditional, VonMisesFisher) else None
+def _radius(config: Mapping[str, Any], process: dgp.Process) -> float:
+    return float(process.space.radius) if config["dgp"]["space"]["name"] == "sphere" else 1.0
 
 
-def temperature(
-    config: Mapping[str, Any], built: components.Components, series: PopulationSeries, where: str, label: str
-) -> tuple[float, str]:
-    """The τ run ``label`` (``config``, built as ``built``) is evaluated at and the rule that gave it
-    (module docstring)."""
+def _kappa(config: Mapping[str, Any], process: dgp.Process) -> float | None:
+    return float(process.conditional.kappa) if config["dgp"]["conditional"]["name"] == "vmf" else None
+
+
+def temperature(config: Mapping[str, Any], built: components.Components, series: PopulationSeries) -> tuple[float, str]:
+    """The τ a run (``config``, built as ``built``) is evaluated at and the rule that gave it (module
+    docstring)."""
     own = float(built.loss.temperature.item())
     if series.tau == "run":
         return own, "the run's loss.tau"
-    dgp_config, loss = config["dgp"], built.loss
-    problems = []
-    for key, wanted in (("space", "sphere"), ("conditional", "vmf"), ("marginal", "uniform")):
-        if dgp_config[key]["name"] != wanted:
-            problems.append(f"dgp.{key}.name={dgp_config[key]['name']!r} (needs {wanted})")
-    if type(loss) is not InfoNCE or loss.similarity != "cosine":
-        problems.append(f"loss.name={config['loss']['name']!r} with similarity "
-                        f"{getattr(loss, 'similarity', None)!r} (needs infonce with cosine)")
-    if dgp_config["negatives"]["name"] not in ("none", "marginal", "tilted"):
-        problems.append(f"dgp.negatives.name={dgp_config['negatives']['name']!r} (needs none, marginal or tilted)")
-    if problems:
-        raise ValueError(
-            f"{where}.tau=optimal: run {label} has {'; '.join(problems)}; the optimal temperature 1/(κ − β r²) "
-            "holds for vMF(κ) positives with negatives tilted by β from a uniform marginal on the sphere, scored "
-            "by InfoNCE with a cosine critic; use tau: run for this series"
-        )
-    _, beta = hardness(built.process, loss)
-    gap = _kappa(built.process) - beta * _radius(built.process) ** 2
+    _, beta = hardness(config, built)
+    gap = _kappa(config, built.process) - beta * _radius(config, built.process) ** 2
     if gap > 0:
         return 1.0 / gap, "optimal, 1/(κ − β r²)"
     return own, "the run's loss.tau, as β r² ≥ κ leaves no optimal τ > 0"
@@ -322,68 +198,58 @@ def _config(experiment: Experiment, label: str, scale: str) -> dict[str, Any]:
     return config
 
 
-def draws(process: dgp.Process, seed: int, batch_size: int, batches: int) -> Iterator[dgp.Batch]:
-    """The check's fresh batches of ``process``, drawn from the entry's ``seed``, each with its latents in
-    place of its observations (the encoders read the latents). Every run of a check draws from the same
-    generator, so runs that differ only in their negatives share their anchors and positives."""
-    generator = process.make_generator(stream_seed(seed, "population.batches"))
-    for _ in range(batches):
-        drawn = process.sample(batch_size, generator)
-        yield dgp.Batch(drawn.z, drawn.z_pos, drawn.z_neg, drawn.z, drawn.z_pos, drawn.z_neg)
-
-
 def build(experiment: Experiment, spec: Population, series_index: int, label: str, scale: str
-          ) -> tuple[components.Components, float, str]:
-    """Run ``label``'s components as the check uses them (identity mixing; the temperature of its series'
-    rule), with that τ and its rule."""
-    series = spec.series[series_index]
+          ) -> tuple[dict[str, Any], components.Components, float, str]:
+    """Run ``label``'s config and components as the check uses them (identity mixing; the temperature of
+    its series' rule), with that τ and its rule."""
     config = _config(experiment, label, scale)
     built = components.build(config)
-    tau, rule = temperature(config, built, series, f"population.series[{series_index}]", label)
+    tau, rule = temperature(config, built, spec.series[series_index])
     if tau != float(built.loss.temperature.item()):
         config["loss"]["tau"] = tau
         built = components.build(config)
-    return built, tau, rule
+    return config, built, tau, rule
 
 
 def check_run(
     experiment: Experiment, spec: Population, series_index: int, label: str, scale: str
 ) -> RunCheck:
-    """Margins L(φ) − L(id) of every encoder of :func:`encoders` for run ``label`` (module docstring)."""
+    """Margins L(φ) − L(id) of every encoder of :func:`identifiable_cl.reproduce.margins.encoders` for run
+    ``label`` (module docstring)."""
     series = spec.series[series_index]
-    built, tau, rule = build(experiment, spec, series_index, label, scale)
+    config, built, tau, rule = build(experiment, spec, series_index, label, scale)
     process, loss = built.process, built.loss
     loss.eval()
-    family = encoders(process, spec)
-    batch_size = spec.batch_size_at(scale, series) or int(built.config["train"]["batch_size"])
+    radius = _radius(config, process)
+    family = encoders(process, spec.seed, spec.distortions, spec.epsilons, radius,
+                      process.space.project if config["dgp"]["space"]["name"] == "sphere" else (lambda z: z))
+    batch_size = spec.batch_size_at(scale, series) or int(config["train"]["batch_size"])
     batches = spec.batches_at(scale)
-    values = torch.empty(batches, len(family), dtype=torch.float64)
+    where_hard, beta = hardness(config, built)
     weight_ess: list[Tensor] = []
-    n_neg = 0
+    n_neg: list[int] = []
     sampler: list[Any] = []
-    with torch.no_grad():
-        for b, latents in enumerate(draws(process, spec.seed, batch_size, batches)):
-            last = getattr(process.negatives, "last_ess", None)
-            if last is not None:
-                sampler.append(last)
-            rows = components.observations(latents, process.dim)
-            for j, (name, phi) in enumerate(family.items()):
-                h, h_pos, h_neg = components.split_encodings(phi(rows), latents)
-                values[b, j] = float(loss(h, h_pos, h_neg))
-                if name == IDENTITY:
-                    weights = weight_logits(loss, h, h_pos, h_neg)
-                    if weights is not None:
-                        weight_ess.append(kish_ess(weights[0]).reshape(-1))
-                        n_neg = weights[1]
-    names = list(family)
-    margins = {name: Estimate.of(values[:, j] - values[:, 0]) for j, name in enumerate(names) if j > 0}
-    where_hard, beta = hardness(process, loss)
-    kappa = _kappa(process)
+
+    def with_sampler_ess(drawn: Iterable[dgp.Batch]) -> Iterator[dgp.Batch]:
+        for batch in drawn:
+            if where_hard == "dgp" and process.negatives.last_ess is not None:
+                sampler.append(process.negatives.last_ess)
+            yield batch
+
+    def at_identity(h: Tensor, h_pos: Tensor, h_neg: Tensor | None) -> None:
+        if config["loss"]["name"] == "hard_negative":
+            log_w, count = weight_logits(loss, h, h_pos, h_neg)
+            weight_ess.append(kish_ess(log_w).reshape(-1))
+            n_neg.append(count)
+
+    values = expected_losses(process, loss, family, with_sampler_ess(draws(process, spec.seed, batch_size, batches)),
+                             at_identity)
+    kappa = _kappa(config, process)
     tau_now = float(loss.temperature.item())
     if kappa is None or where_hard == "none":
         tilt = None if kappa is None else 0.0
     elif where_hard == "dgp":
-        tilt = beta * _radius(process) ** 2 / kappa
+        tilt = beta * radius**2 / kappa
     else:
         tilt = beta / tau_now / kappa if loss.similarity == "cosine" else None
     check = RunCheck(
@@ -398,11 +264,11 @@ def check_run(
         batch_size=batch_size,
         batches=batches,
         loss_identity=Estimate.of(values[:, 0]),
-        margins=margins,
+        margins=margins(values, list(family)),
     )
     if weight_ess:
         every = torch.cat(weight_ess)
-        check.weights_ess = ESS(float(every.mean()), float(every.min()), n_neg)
+        check.weights_ess = ESS(float(every.mean()), float(every.min()), n_neg[-1])
     if sampler:
         check.sampler_ess = ESS(
             sum(s.mean for s in sampler) / len(sampler), min(s.min for s in sampler), max(s.pool for s in sampler)
@@ -411,27 +277,6 @@ def check_run(
     elif where_hard == "dgp":
         check.sampler = "marginal draws (β = 0)" if beta == 0 else "exact"
     return check
-
-
-def _ratio(margin: Estimate, reference: Estimate) -> Estimate | None:
-    """margin / reference with a first-order standard error (the two taken as independent); None when the
-    reference margin is not significantly positive."""
-    if not (reference.mean > 0 and reference.significant()):
-        return None
-    r = margin.mean / reference.mean
-    se = math.hypot(margin.se / reference.mean, r * reference.se / reference.mean)
-    return Estimate(r, se)
-
-
-def pooled(ratios: list[Estimate]) -> Estimate | None:
-    """The inverse-variance weighted mean of ``ratios`` and its standard error as if they were independent
-    (they share batches, so the true one is larger); None without a finite, positive standard error."""
-    usable = [r for r in ratios if math.isfinite(r.se) and r.se > 0]
-    if not usable:
-        return None
-    weights = [1.0 / r.se**2 for r in usable]
-    mean = sum(w * r.mean for w, r in zip(weights, usable)) / sum(weights)
-    return Estimate(mean, 1.0 / math.sqrt(sum(weights)))
 
 
 def run_check(experiment: Experiment, scale: str) -> PopulationCheck | None:
@@ -453,7 +298,7 @@ def run_check(experiment: Experiment, scale: str) -> PopulationCheck | None:
         for label in series.runs:
             run = runs[label]
             for name, margin in run.margins.items():
-                run.ratios[name] = None if name == ROTATION else _ratio(margin, reference.margins[name])
+                run.ratios[name] = None if name == ROTATION else ratio(margin, reference.margins[name])
             if run is not reference:
                 run.pooled_ratio = pooled([r for name, r in run.ratios.items() if r is not None and name in distortions(spec)])
     names = tuple(next(iter(runs.values())).margins)
@@ -477,11 +322,11 @@ def _pm(e: Estimate, digits: int = 3) -> str:
     return f"{_g(e.mean, digits)} ± {_g(e.se, 2)}"
 
 
-def _margin_cell(margin: Estimate, ratio: Estimate | None, is_reference: bool) -> str:
+def _margin_cell(margin: Estimate, relative: Estimate | None, is_reference: bool) -> str:
     if is_reference:
         return _pm(margin) + " (ref.)"
-    if ratio is not None:
-        return _pm(margin) + f" ({ratio.mean:.2f}×)"
+    if relative is not None:
+        return _pm(margin) + f" ({relative.mean:.2f}×)"
     return _pm(margin)
 
 
@@ -523,16 +368,47 @@ def table(check: PopulationCheck) -> str:
     return "\n".join(lines)
 
 
-def _flatter(ratio: Estimate) -> str:
-    if ratio.mean <= 0:
+def _flatter(relative: Estimate) -> str:
+    if relative.mean <= 0:
         return "the true inverse no longer wins"
-    if ratio.mean < 1:
-        return f"{1 / ratio.mean:.3g}× flatter"
-    return f"{ratio.mean:.3g}× steeper"
+    if relative.mean < 1:
+        return f"{1 / relative.mean:.3g}× flatter"
+    return f"{relative.mean:.3g}× steeper"
 
 
 def _list(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+PROSE = {
+    "intro": "Expected losses by Monte Carlo over fresh batches (anchors × batches in the table), each run's own "
+             "process scoring its own loss, for encoders applied to the latents (h = φ(z): no mixing, no training); "
+             "every encoder of a run sees the same batches. A margin is L(φ) − L(id) ± one standard error over "
+             "batches; positive: the true inverse has the lower expected loss. Encoders: a Haar-random rotation (an "
+             "isometry); the constant (collapsed) encoder; stretch ε = π(z + ε D z), D = 1 on the first half of the "
+             "coordinates and 0 on the rest; warp ε = π(z + (ε/ω) sin(ω S z)), S a cyclic shift of the coordinates, "
+             "ω = π√n/r (π: back onto the sphere). In parentheses: the margin over that of the series' first run "
+             "(ref.); significant means at least {significant:g} standard errors from 0.",
+    "rotation": "The rotation changes the expected loss by at most {rotation} (a fraction {relative} of L(id): "
+                "rounding), as an isometry must.",
+    "series": "**{series}**, τ: {rules}.",
+    "rules": "Runs under different τ rules are different objectives, not one objective at different hardness: read "
+             "the ratios between them with that in mind.",
+    "winning": "The true inverse beats every distorted encoder, significantly, at {runs}.",
+    "pooled": "Relative to {reference}'s margins, pooled over the {count} distorted encoders (inverse-variance "
+              "weights; the ratios share batches, so these standard errors are too small): {ratios}.",
+    "no_ratios": "{reference}'s margins are not significantly positive, so no ratios are taken to them.",
+    "losing": "A distorted encoder has a significantly lower expected loss than the true inverse at {runs}.",
+    "flat": "Every distorted margin of {runs} is within {significant:g} standard errors of 0.",
+    "collapse": "The collapsed (constant) encoder beats the true inverse at {runs}: that objective prefers collapse "
+                "to the true inverse, so it does not identify the latents.",
+    "kept": "The true inverse beats the collapsed encoder at {runs}.",
+    "weights": "The importance weights exp(β·sim/τ) over each anchor's {counts} negatives at the true inverse have a "
+               "Kish effective sample size of {ess}: where it is near 1 the reweighted loss rests on the one negative "
+               "nearest each anchor.",
+    "resampled": "The DGP's importance resampling of the tilted negatives has a mean ESS of {ess}.",
+}
+"""The sentences of the explanation under the table, filled with the check's numbers."""
 
 
 def _series_paragraph(check: PopulationCheck, series: PopulationSeries) -> str:
@@ -542,55 +418,42 @@ def _series_paragraph(check: PopulationCheck, series: PopulationSeries) -> str:
     rules: dict[str, list[str]] = {}
     for run in members:
         rules.setdefault(run.tau_rule, []).append(f"{run.label} {run.tau:.3g}")
-    words = [f"**{series.label}**, τ: " + "; ".join(f"{', '.join(v)} ({rule})" for rule, v in rules.items()) + "."]
+    words = [PROSE["series"].format(series=series.label,
+                                     rules="; ".join(f"{', '.join(v)} ({rule})" for rule, v in rules.items()))]
     if len(rules) > 1:
-        words.append("Runs under different τ rules are different objectives, not one objective at different "
-                     "hardness: read the ratios between them with that in mind.")
+        words.append(PROSE["rules"])
     winning = [r.label for r in members if all(r.margins[n].mean > 0 and r.margins[n].significant() for n in names)]
     if winning:
-        words.append(f"The true inverse beats every distorted encoder, significantly, at {_list(winning)}.")
+        words.append(PROSE["winning"].format(runs=_list(winning)))
     pooled_text = [f"{r.label} {_pm(r.pooled_ratio, 2)} ({_flatter(r.pooled_ratio)})"
                    for r in members if r is not ref and r.pooled_ratio is not None]
     if pooled_text:
-        words.append(
-            f"Relative to {ref.label}'s margins, pooled over the {len(names)} distorted encoders (inverse-variance "
-            "weights; the ratios share batches, so these standard errors are too small): " + ", ".join(pooled_text)
-            + "."
-        )
+        words.append(PROSE["pooled"].format(reference=ref.label, count=len(names), ratios=", ".join(pooled_text)))
     elif len(members) > 1:
-        words.append(f"{ref.label}'s margins are not significantly positive, so no ratios are taken to them.")
+        words.append(PROSE["no_ratios"].format(reference=ref.label))
     losing = {r.label: [f"{n} ({_pm(r.margins[n])})" for n in names
                         if r.margins[n].mean < 0 and r.margins[n].significant()] for r in members}
     losing = {k: v for k, v in losing.items() if v}
     if losing:
-        words.append("A distorted encoder has a significantly lower expected loss than the true inverse at "
-                     + "; ".join(f"{k}: {', '.join(v)}" for k, v in losing.items()) + ".")
+        words.append(PROSE["losing"].format(runs="; ".join(f"{k}: {', '.join(v)}" for k, v in losing.items())))
     flat = [r.label for r in members if not any(r.margins[n].significant() for n in names)]
     if flat:
-        words.append(f"Every distorted margin of {_list(flat)} is within {SIGNIFICANT:g} standard errors of 0.")
+        words.append(PROSE["flat"].format(runs=_list(flat), significant=SIGNIFICANT))
     collapse = [r for r in members if r.margins[CONSTANT].mean < 0 and r.margins[CONSTANT].significant()]
     if collapse:
-        words.append(
-            "The collapsed (constant) encoder beats the true inverse at "
-            + _list([f"{r.label} ({_pm(r.margins[CONSTANT])})" for r in collapse])
-            + ": that objective prefers collapse to the true inverse, so it does not identify the latents."
-        )
+        words.append(PROSE["collapse"].format(runs=_list([f"{r.label} ({_pm(r.margins[CONSTANT])})" for r in collapse])))
     kept = [r.label for r in members if r.margins[CONSTANT].mean > 0 and r.margins[CONSTANT].significant()]
     if kept:
-        words.append(f"The true inverse beats the collapsed encoder at {_list(kept)}.")
+        words.append(PROSE["kept"].format(runs=_list(kept)))
     weighted = [r for r in members if r.weights_ess is not None]
     if weighted:
         ess = _list([f"{_g(r.weights_ess.mean)} (min {_g(r.weights_ess.min)}) at β = {r.beta:g}" for r in weighted])
-        outs = sorted({r.weights_ess.out_of for r in weighted})
-        words.append(
-            f"The importance weights exp(β·sim/τ) over each anchor's {'/'.join(map(str, outs))} negatives at the "
-            f"true inverse have a Kish effective sample size of {ess}: where it is near 1 the reweighted loss "
-            "rests on the one negative nearest each anchor."
-        )
+        counts = "/".join(map(str, sorted({r.weights_ess.out_of for r in weighted})))
+        words.append(PROSE["weights"].format(counts=counts, ess=ess))
     resampled = [r for r in members if r.sampler_ess is not None]
     if resampled:
-        ess = _list([f"{_g(r.sampler_ess.mean)} of {r.sampler_ess.out_of} at {r.label}" for r in resampled])
-        words.append(f"The DGP's importance resampling of the tilted negatives has a mean ESS of {ess}.")
+        words.append(PROSE["resampled"].format(
+            ess=_list([f"{_g(r.sampler_ess.mean)} of {r.sampler_ess.out_of} at {r.label}" for r in resampled])))
     return " ".join(words)
 
 
@@ -600,18 +463,8 @@ def paragraph(check: PopulationCheck) -> str:
     rotation = max((abs(r.margins[ROTATION].mean) for r in runs), default=0.0)
     relative = max((abs(r.margins[ROTATION].mean) / abs(r.loss_identity.mean) for r in runs
                     if r.loss_identity.mean != 0), default=0.0)
-    text = [
-        "Expected losses by Monte Carlo over fresh batches (anchors × batches in the table), each run's own process "
-        "scoring its own loss, for encoders applied to the latents (h = φ(z): no mixing, no training); every "
-        "encoder of a run sees the same batches. A margin is L(φ) − L(id) ± one standard error over batches; "
-        "positive: the true inverse has the lower expected loss. Encoders: a Haar-random rotation (an isometry); "
-        "the constant (collapsed) encoder; stretch ε = π(z + ε D z), D = 1 on the first half of the coordinates "
-        "and 0 on the rest; warp ε = π(z + (ε/ω) sin(ω S z)), S a cyclic shift of the coordinates, ω = π√n/r "
-        "(π: back onto the sphere). In parentheses: the margin over that of the series' first run (ref.); "
-        f"significant means at least {SIGNIFICANT:g} standard errors from 0.",
-        f"The rotation changes the expected loss by at most {_g(rotation, 2)} (a fraction {_g(relative, 2)} of "
-        "L(id): rounding), as an isometry must.",
-    ]
+    text = [PROSE["intro"].format(significant=SIGNIFICANT),
+            PROSE["rotation"].format(rotation=_g(rotation, 2), relative=_g(relative, 2))]
     text += [_series_paragraph(check, series) for series in check.spec.series]
     return "\n\n".join(text)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -48,6 +49,12 @@ class NonFiniteLoss(RuntimeError):
 
 class Interrupted(Exception):
     """Ctrl-C (or SIGINT) during a run: its message says what was kept and how to continue."""
+
+
+STOP = threading.Event()
+"""Set to stop training at the next step boundary: every run of the pack then checkpoints the step it
+has reached and ends as :class:`Interrupted` (``icl train`` sets it on SIGINT, SIGTERM and SIGUSR2, the
+signals of Ctrl-C, a scheduler's cancel and its time-limit or preemption warning)."""
 
 
 def train_step(c: Components) -> Tensor:
@@ -260,8 +267,16 @@ class Trainer:
             (run_dir / name).unlink(missing_ok=True)
         return cls(c, run_dir, progress=progress)
 
-    def save_checkpoint(self) -> None:
-        rundir.save_torch(self.run_dir / rundir.CHECKPOINT, checkpoint_state(self.c))
+    def save_checkpoint(self, pending: bool = False) -> None:
+        """Checkpoint the step reached; ``pending``: between two log steps, with the loss accumulated since
+        the last one (restored by :meth:`begin`, so the resumed run logs what the uninterrupted one would)."""
+        if pending:
+            self.c.extra["pending"] = {"loss_sum": float(self._running), "count": self._count,
+                                       "finite": bool(self._finite)}
+        try:
+            rundir.save_torch(self.run_dir / rundir.CHECKPOINT, checkpoint_state(self.c))
+        finally:
+            self.c.extra.pop("pending", None)
         self.checkpoint_step = self.c.step
 
     def record(self, record: dict[str, Any]) -> None:
@@ -316,9 +331,10 @@ class Trainer:
         if c.step == 0:
             self.save_checkpoint()
         self._progress = Progress(self.progress, c.config["train"]["steps"], c.step)
-        self._running = torch.zeros((), device=c.device, dtype=torch.float64)
-        self._finite = torch.ones((), device=c.device, dtype=torch.bool)
-        self._count, self._latest, self._started, self._start_step = 0, {}, time.perf_counter(), c.step
+        pending = c.extra.pop("pending", {"loss_sum": 0.0, "count": 0, "finite": True})
+        self._running = torch.tensor(pending["loss_sum"], device=c.device, dtype=torch.float64)
+        self._finite = torch.tensor(pending["finite"], device=c.device)
+        self._count, self._latest, self._started, self._start_step = pending["count"], {}, time.perf_counter(), c.step
 
     def after_step(self, loss: Tensor) -> None:
         """Account for one step's loss: log, evaluate and checkpoint at their cadence."""
@@ -400,8 +416,10 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
                shared: bool = True) -> list[dict[str, Any] | BaseException]:
     """Train ``trainers`` as one pack (``batched`` as in :func:`packed_step`): the one run loop, a single
     run being a pack of one. Per run its summary, or the error that stopped it (a loss that stops being
-    finite ends its run only; the others go on). Ctrl-C ends every run as :class:`Interrupted`, its
-    message saying what each kept. ``shared``: the runs' W&B runs share this process's service."""
+    finite ends its run only; the others go on). :data:`STOP` ends every run at the next step boundary with
+    a checkpoint of that step, a KeyboardInterrupt at once with its last checkpoint, both as
+    :class:`Interrupted`, its message saying what each kept. ``shared``: the runs' W&B runs share this
+    process's service."""
     check_packable([t.c for t in trainers])
     results: dict[int, dict[str, Any] | BaseException] = {}
     active = list(range(len(trainers)))
@@ -410,6 +428,10 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
             trainers[i].open(shared=shared)
             trainers[i].begin()
         while active:
+            if STOP.is_set():
+                for i in active:
+                    trainers[i].save_checkpoint(pending=True)
+                raise KeyboardInterrupt
             running = [i for i in active if not trainers[i].done]
             losses = packed_step([trainers[i].c for i in running], batched) if running else []
             for i, loss in zip(running, losses):

@@ -160,17 +160,25 @@ def test_ctrl_c_keeps_the_checkpoint_and_says_how_to_resume(tmp_path, interrupt_
     assert main(["train", "--resume", str(run_dir), "--quiet"]) == 0
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_stop_signals_raise_keyboard_interrupt_even_where_sigint_was_ignored(sig):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR2])
+def test_stop_signals_stop_at_the_next_step_then_at_once_even_where_sigint_was_ignored(sig):
     from identifiable_cl.cli.train import stoppable
+    from identifiable_cl.training import STOP
 
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    term = signal.getsignal(signal.SIGTERM)
+    term, usr2 = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR2)
     try:
         with pytest.raises(KeyboardInterrupt), stoppable():
+            assert not STOP.is_set()
             os.kill(os.getpid(), sig)
-            time.sleep(5)  # the handler runs at the next bytecode; the sleep is interrupted
+            deadline = time.monotonic() + 5
+            while not STOP.is_set() and time.monotonic() < deadline:  # the handler runs at the next bytecode
+                time.sleep(0.01)
+            assert STOP.is_set()  # the first signal: stop at the next step boundary
+            os.kill(os.getpid(), sig)
+            time.sleep(5)  # the second: at once; the sleep is interrupted
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is term
+        assert signal.getsignal(signal.SIGUSR2) is usr2 and not STOP.is_set()
     finally:
         signal.signal(signal.SIGINT, before)
 
@@ -196,7 +204,34 @@ def test_sigterm_ends_icl_train_as_interrupted_with_its_checkpoint(tmp_path, tin
     assert process.returncode == 130, err
     assert "interrupted at step" in err and "the checkpoint of step" in err
     assert f"icl train --resume {run_dir}" in err
+    step = int(err.split("interrupted at step ")[1].split()[0])
+    assert f"the checkpoint of step {step} is kept" in err  # the step it reached, not the last periodic one
 
+
+def test_a_run_stopped_between_log_steps_resumes_as_the_uninterrupted_run(tmp_path, monkeypatch):
+    """STOP checkpoints the step reached with the loss accumulated since the last log step."""
+    from identifiable_cl import training
+    from tests.test_training import tiny_config
+
+    config = {"train.steps": 40, "train.log_every": 10, "train.checkpoint_every": 40}
+    full = Trainer.create(tiny_config(**config), tmp_path / "full", progress=False).run()
+    real = training.train_step
+
+    def stop_after_seventeen(c):
+        if c.step == 16:
+            training.STOP.set()
+        return real(c)
+
+    monkeypatch.setattr(training, "train_step", stop_after_seventeen)
+    try:
+        with pytest.raises(training.Interrupted, match="interrupted at step 17 of 40; the checkpoint of step 17"):
+            Trainer.create(tiny_config(**config), tmp_path / "half", progress=False).run()
+    finally:
+        training.STOP.clear()
+    monkeypatch.setattr(training, "train_step", real)
+    resumed = Trainer.resume(tmp_path / "half", progress=False).run()
+    assert rundir.read_metrics(tmp_path / "half") == rundir.read_metrics(tmp_path / "full")
+    assert resumed["r2_linear"] == full["r2_linear"]
 
 def test_out_that_is_a_file_is_one_line(tmp_path, capsys, tiny):
     out = tmp_path / "runs"

@@ -104,31 +104,42 @@ def cmd_train_pack_file(args: argparse.Namespace) -> int:
     return 1 if any(isinstance(r, BaseException) for r in results) else 0
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-"""Signals that end ``icl train`` as interrupted: Ctrl-C, a sweep runner's early stop (SIGINT), and the
-SIGTERM a scheduler sends before it kills or preempts a job."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+"""Signals that end ``icl train`` as interrupted: Ctrl-C, a sweep runner's early stop (SIGINT), the
+SIGTERM a scheduler sends when it cancels or preempts a job, and the SIGUSR2 submitit asks Slurm to
+send before a job's time limit."""
 
 
 def _stop(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    """The first stop signal stops training at the next step boundary, with a checkpoint of that step
+    (:data:`identifiable_cl.training.STOP`); a second one at once."""
+    from identifiable_cl.training import STOP
+
+    if STOP.is_set():
+        raise KeyboardInterrupt
+    STOP.set()
 
 
 @contextmanager
 def stoppable():
-    """While training, each of :data:`STOP_SIGNALS` raises KeyboardInterrupt, so the run ends interrupted
-    (its last checkpoint kept, exit 130, resumed by a rerun of its sweep). Installed explicitly because a
+    """While training, :data:`STOP_SIGNALS` stop the runs (:func:`_stop`), which end interrupted (their
+    checkpoint kept, exit 130, resumed by a rerun of their sweep). Installed explicitly because a
     process may start with SIGINT ignored (background jobs of a non-interactive shell do, and their
-    children inherit it), where Python would otherwise never raise KeyboardInterrupt; the previous
-    handlers come back afterwards. Off the main thread, where handlers cannot be set, nothing changes."""
+    children inherit it); the previous handlers come back afterwards. Off the main thread, where
+    handlers cannot be set, nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    from identifiable_cl.training import STOP
+
+    STOP.clear()
     previous = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        STOP.clear()
 
 
 def run(args: argparse.Namespace) -> int:

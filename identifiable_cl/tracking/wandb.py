@@ -129,11 +129,17 @@ class WandbTracker(Tracker):
         self.run.log({f"figures/{name}": wandb.Image(str(path)) for name, path in figures.items()}, step=step)
 
     def finish(self, summary: Mapping[str, Any] | None) -> None:
-        if summary is None:
-            self.run.finish(exit_code=1)
-            return
-        self.run.summary.update(dict(summary))
-        self.run.finish()
+        """Finish the W&B run; a W&B that fails here (its service stopped by the same signal that stopped the
+        run, say) is reported on stderr and changes nothing else: the run's own files are complete."""
+        try:
+            if summary is None:
+                self.run.finish(exit_code=1)
+            else:
+                self.run.summary.update(dict(summary))
+                self.run.finish()
+        except Exception as exc:  # W&B's own errors have no common base class
+            print(f"W&B could not finish the run ({type(exc).__name__}: {exc}); its files in the run directory "
+                  "are complete", file=sys.stderr)
 
 
 def open_wandb(

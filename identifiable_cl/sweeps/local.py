@@ -11,7 +11,8 @@ sweep made here, and ``wandb sync`` refuses runs that name an unknown sweep
 parameters and seed (``WANDB_NAME``, unless already set), and the sweep's
 ``project`` and ``entity`` become ``WANDB_PROJECT`` / ``WANDB_ENTITY`` when not set.
 ``--run-dir <folder>/run`` is appended so ``icl train`` writes its run
-directory there. The folder ``OUT/<sweep name>/<run id>/`` holds::
+directory there, and a bare ``icl`` runs as ``python -m identifiable_cl.cli`` with this process's
+interpreter (:func:`this_interpreter`), so no run depends on its ``PATH``. The folder ``OUT/<sweep name>/<run id>/`` holds::
 
     params.yaml   the run's parameters (W&B's config-file format)
     stdout.log    everything the run printed
@@ -43,6 +44,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -288,7 +290,7 @@ def _start(spec: SweepSpec, run: PlannedRun, device: str | None, workers: int,
         json_file = folder.resolve() / ARGS_JSON
         json_file.write_text(json.dumps(run.params))
     argv = render_command(spec.command, run.params, program=spec.program, args_json_file=json_file and str(json_file), environ=env)
-    argv += ["--run-dir", str(folder.resolve() / RUN)]
+    argv = this_interpreter(argv) + ["--run-dir", str(folder.resolve() / RUN)]
     if resumed is not None:
         argv = resume_command(argv, folder.resolve() / RUN)
     status: dict[str, Any] = {
@@ -381,6 +383,16 @@ def _recorder(items: Sequence[tuple[PlannedRun, dict[str, Any]]]) -> Callable[[i
             write_json(run.folder / STATUS, status)
 
     return started
+
+
+def this_interpreter(argv: Sequence[str]) -> list[str]:
+    """``argv`` with a bare ``icl`` program run by this process's interpreter (``python -m identifiable_cl.cli``):
+    a run, a cluster job's included, uses the identifiable-cl that planned it, whatever its ``PATH`` holds."""
+    argv = list(argv)
+    if "icl" in argv:
+        at = argv.index("icl")
+        argv[at : at + 1] = [sys.executable, "-m", "identifiable_cl.cli"]
+    return argv
 
 
 def train_position(argv: Sequence[str]) -> int:

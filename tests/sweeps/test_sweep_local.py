@@ -260,3 +260,11 @@ def test_a_sweep_run_folder_is_read_by_one_rule_everywhere(tmp_path):
     (folder / STATUS).write_text("[1, 2]")
     assert RunFolder.read(folder).damaged == f"{folder / STATUS}: expected a JSON object, found list"
     assert read_status(folder) is None and not is_finished(folder)
+
+
+def test_a_bare_icl_runs_with_the_interpreter_that_planned_it():
+    from identifiable_cl.sweeps.local import this_interpreter
+
+    assert this_interpreter(["/usr/bin/env", "icl", "train", "--x=1"]) == [
+        "/usr/bin/env", sys.executable, "-m", "identifiable_cl.cli", "train", "--x=1"]
+    assert this_interpreter(["/opt/venv/bin/icl", "train"]) == ["/opt/venv/bin/icl", "train"]  # a path is kept

@@ -89,3 +89,14 @@ def interrupt_at(monkeypatch):
         monkeypatch.setattr(training, "train_step", real if step is None else interrupted)
 
     return at
+
+
+def engine_or_skip():
+    """W&B's sweep engine, or a skip when it is missing (a folder named sweeps/ without it does not count)."""
+    from identifiable_cl.sweeps.engine import engine
+
+    try:
+        return engine()
+    except ValueError as exc:
+        pytest.skip(str(exc))
+

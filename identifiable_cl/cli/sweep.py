@@ -169,6 +169,13 @@ def cmd_check(args: argparse.Namespace) -> int:
             if local_problems(spec):
                 print(f"{file}: ok for a W&B server (method {spec.method}); `icl sweep run` cannot run it")
                 continue
+            if spec.method == "bayes" or "early_terminate" in spec.raw:
+                from identifiable_cl.sweeps.engine import engine
+
+                try:
+                    engine()  # icl sweep run would ask for it
+                except ValueError as exc:
+                    raise ValueError(f"{file}: {exc}") from None
             if spec.method == "bayes":
                 from identifiable_cl.sweeps.search import CHECKED_POINTS, check_space
 

@@ -48,7 +48,9 @@ def engine():
             warnings.simplefilter("ignore", UserWarning)
             import sweeps
     except ImportError:
-        raise ValueError(f"method bayes and early_terminate need W&B's sweep engine (the `sweeps` package): {INSTALL}") from None
+        sweeps = None
+    if not hasattr(sweeps, "next_run"):  # missing, or a folder named sweeps/ found as a namespace package
+        raise ValueError(f"method bayes and early_terminate need W&B's sweep engine (the `sweeps` package): {INSTALL}")
     version = tuple(int(part) for part in sweeps.__version__.split(".")[:2] if part.isdigit())
     if version < MINIMUM:
         raise ValueError(f"sweeps {sweeps.__version__} is too old (0.2 drops run metrics under pydantic 2): {INSTALL}")

@@ -17,6 +17,7 @@ from identifiable_cl.sweeps import engine
 from identifiable_cl.sweeps.expand import expand
 from identifiable_cl.sweeps.local import read_status
 from identifiable_cl.sweeps.search import read_runs, run_search, run_sweep
+from tests.conftest import engine_or_skip
 from identifiable_cl.sweeps.spec import load_sweep
 
 FAKE = str(Path(__file__).with_name("fake_train.py"))
@@ -58,7 +59,7 @@ def as_a_server_sends(value):
 @pytest.mark.parametrize("path", [p for p in PACKAGED if yaml.safe_load(p.read_text())["method"] == "grid"],
                          ids=lambda p: p.name)
 def test_packaged_grids_end_on_w_and_b_engine_with_int_coercion(path):
-    sweeps = pytest.importorskip("sweeps")
+    sweeps = engine_or_skip()
     raw = yaml.safe_load(path.read_text())
     expected = len(expand(load_sweep(path, local=False)))
     runs = []
@@ -95,7 +96,7 @@ def test_categorical_values_travel_as_tokens_and_come_back_exactly(tmp_path):
 
 
 def test_proposals_are_repeatable_and_leave_the_global_generators_alone(tmp_path):
-    pytest.importorskip("sweeps")
+    engine_or_skip()
     spec = bayes_sweep(tmp_path / "s.yaml")
     runs = [engine.SearchRun(f"r{i}", {"loss.tau": t, "seed": s, "train.steps": 5}, "finished", {"mcc_pearson": t})
             for i, (t, s) in enumerate([(0.1, 0), (0.5, 1), (0.9, 0), (0.3, 1), (0.7, 0), (0.2, 1)])]
@@ -120,7 +121,7 @@ def test_without_the_engine_bayes_says_how_to_install_it(tmp_path, monkeypatch, 
 
 
 def test_a_bayes_search_runs_offline_in_parallel_and_a_rerun_resumes_it(tmp_path):
-    pytest.importorskip("sweeps")
+    engine_or_skip()
     spec = bayes_sweep(tmp_path / "s.yaml")
     out = tmp_path / "out"
     first = run_search(spec, out, workers=2, count=6, seed=1, echo=quiet)
@@ -136,7 +137,7 @@ def test_a_bayes_search_runs_offline_in_parallel_and_a_rerun_resumes_it(tmp_path
 
 
 def test_a_bayes_search_with_one_worker_is_repeatable(tmp_path):
-    pytest.importorskip("sweeps")
+    engine_or_skip()
     spec = bayes_sweep(tmp_path / "s.yaml")
     params = []
     for out in ("a", "b"):
@@ -157,7 +158,7 @@ def test_icl_sweep_check_and_dry_run_of_a_bayes_file_check_its_space(tmp_path, c
 
 
 def test_hyperband_stops_a_poor_run_and_records_it(tmp_path, monkeypatch):
-    pytest.importorskip("sweeps")
+    engine_or_skip()
     monkeypatch.setenv("FAKE_EVALS", "12")
     monkeypatch.setenv("FAKE_EVAL_S", "0.5")
     monkeypatch.setattr("identifiable_cl.sweeps.local.WATCH_EVERY", 0.3)
@@ -189,7 +190,7 @@ TINY = {
 
 
 def test_a_bayes_search_of_real_icl_train_runs_with_hyperband_then_reports(tmp_path, capsys):
-    pytest.importorskip("sweeps")
+    engine_or_skip()
     path = tmp_path / "real.yaml"
     path.write_text(yaml.safe_dump({
         "name": "real", "method": "bayes", "metric": {"name": "r2_linear", "goal": "maximize"},
@@ -206,3 +207,15 @@ def test_a_bayes_search_of_real_icl_train_runs_with_hyperband_then_reports(tmp_p
     capsys.readouterr()
     assert main(["results", str(out / "real")]) == 0
     assert "r2_linear" in capsys.readouterr().out
+
+
+def test_check_says_a_search_needs_the_engine_when_it_is_absent(monkeypatch, capsys):
+    """Also where `import sweeps` finds this repository's sweeps/ folder, a namespace package without next_run."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "sweeps", types.ModuleType("sweeps"))
+    assert main(["sweep", "check", str(SWEEPS_DIR / "r24_bayes.yaml")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"{SWEEPS_DIR / 'r24_bayes.yaml'}: method bayes and early_terminate need W&B's sweep engine")
+    assert "pip install --no-deps 'sweeps>=0.3,<0.4'" in err
+

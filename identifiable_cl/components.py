@@ -134,7 +134,6 @@ def clip_and_step(c: Components) -> None:
     c.optimizer.step()
 
 
-
 def check(config: Mapping[str, Any]) -> None:
     """Everything :func:`build` and the first training step would reject, as a ValueError naming the key.
 

@@ -194,11 +194,13 @@ def draw_figures_if_possible(run_dir: Path) -> dict[str, Path]:
 
 
 class Progress:
-    """A run's progress display. ``mode``: True, a tqdm bar; None, the bar on a terminal, else one
+    """A run's progress since it began or resumed: the step it started from, when, and the latest
+    evaluation; and its display. ``mode``: True, a tqdm bar; None, the bar on a terminal, else one
     :func:`progress_line` on stdout at every log and evaluation step; False, neither."""
 
     def __init__(self, mode: bool | None, steps: int, step: int):
-        self.steps, self.start_step, self.started, self.latest = steps, step, time.perf_counter(), None
+        self.steps, self.start_step, self.started = steps, step, time.perf_counter()
+        self.latest: Mapping[str, Any] = {}
         self.lines = mode is None and not getattr(sys.stderr, "isatty", lambda: False)()
         self.bar = tqdm(total=steps, initial=step, disable=mode is False or self.lines, dynamic_ncols=True, desc="train")
 
@@ -334,7 +336,7 @@ class Trainer:
         pending = c.extra.pop("pending", {"loss_sum": 0.0, "count": 0, "finite": True})
         self._running = torch.tensor(pending["loss_sum"], device=c.device, dtype=torch.float64)
         self._finite = torch.tensor(pending["finite"], device=c.device)
-        self._count, self._latest, self._started, self._start_step = pending["count"], {}, time.perf_counter(), c.step
+        self._count = pending["count"]
 
     def after_step(self, loss: Tensor) -> None:
         """Account for one step's loss: log, evaluate and checkpoint at their cadence."""
@@ -354,11 +356,11 @@ class Trainer:
             record: dict[str, Any] = {"step": c.step, "loss": self._running.item() / self._count}
             self._running.zero_()
             self._count = 0
-            if eval_now:
-                self._latest = evaluation(c, final=c.step == t["steps"])
-                record.update(reported(self._latest))
+            metrics = evaluation(c, final=c.step == t["steps"]) if eval_now else None
+            if metrics is not None:
+                record.update(reported(metrics))
             self.record(record)
-            self._progress.show(c.step, record["loss"], self._latest if eval_now else None, log_now or eval_now)
+            self._progress.show(c.step, record["loss"], metrics, log_now or eval_now)
             if ckpt_now:
                 self.save_checkpoint()
         self._progress.update()
@@ -379,11 +381,12 @@ class Trainer:
     def end(self) -> dict[str, Any]:
         """After the last step: final checkpoint, summary, readout; returns the summary."""
         c = self.c
-        self._progress.close()
-        wall = time.perf_counter() - self._started
-        latest = self._latest or evaluation(c, final=True)  # a resumed finished run is evaluated once more
+        progress = self._progress
+        progress.close()
+        wall = time.perf_counter() - progress.started
+        latest = progress.latest or evaluation(c, final=True)  # a resumed finished run is evaluated once more
         c.extra["wall_s"] = c.extra.get("wall_s", 0.0) + wall
-        c.extra["steps_timed"] = c.extra.get("steps_timed", 0) + (c.step - self._start_step)
+        c.extra["steps_timed"] = c.extra.get("steps_timed", 0) + (c.step - progress.start_step)
         self.save_checkpoint()
         summary = self.summarize(latest, self._identity)
         self._readout()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import re
 from typing import Any, Iterable, Iterator
 
 _CHECKING = contextvars.ContextVar("dgp_checking", default=False)
@@ -22,13 +23,51 @@ def checking() -> Iterator[None]:
         _CHECKING.reset(token)
 
 
+_SECTION = contextvars.ContextVar("dgp_section", default="")
+
+
+@contextlib.contextmanager
+def section(key: str) -> Iterator[None]:
+    """Within this block components are built for the config key ``key`` (a registry opens one
+    around each construction; :func:`current_section` reads it)."""
+    token = _SECTION.set(key)
+    try:
+        yield
+    finally:
+        _SECTION.reset(token)
+
+
+def current_section(default: str) -> str:
+    """The config key of the component being built (``loss.members[0]``); ``default`` outside any."""
+    return _SECTION.get() or default
+
+
 def only_checking() -> bool:
     """True inside :func:`checking`: validate, then skip expensive parameter draws."""
     return _CHECKING.get()
 
 
+class OptionError(ValueError):
+    """An invalid option, its message led by the config key(s) it names: ``<keys><detail>``.
+
+    A component names its own options bare (``tau``, ``members[0].weight``); the registry that
+    builds it prefixes its section onto each such key (:meth:`within`), so the message names the
+    full config key (``loss.tau``). Keys of other sections (``dgp.dim``) are written in full.
+    """
+
+    def __init__(self, keys: tuple[str, ...], detail: str):
+        super().__init__(", ".join(keys) + detail)
+        self.keys, self.detail = keys, detail
+
+    def within(self, section: str, own: Iterable[str]) -> OptionError:
+        """This error with ``section.`` before each key whose first name is one of ``own``."""
+        own = set(own)
+        return OptionError(tuple(f"{section}.{k}" if re.match(r"[^.\[]*", k).group() in own else k
+                                 for k in self.keys), self.detail)
+
+
 def fail(key: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"{key}={value!r} is invalid: {allowed}")
+    raise OptionError((key,), f"={value!r} is invalid: {allowed}")
 
 
 def number(key: str, value: Any) -> float:

@@ -50,21 +50,22 @@ def gaussian(batch: int, chol: Tensor, generator: torch.Generator) -> Tensor:
     return eps @ chol.to(generator.device).T
 
 
-def split_dims(space: Space, content_dim: int | None, key: str) -> int:
-    """The number of content dimensions (default ``n // 2``), checked against the space."""
+def split_dims(space: Space, content_dim: int | None, section: str) -> int:
+    """The number of content dimensions (default ``n // 2``), checked against the space (option ``content_dim``
+    of the component in config ``section``)."""
     if not isinstance(space, Euclidean):
         checks.fail(
             "dgp.space.name", type(space).__name__.lower(),
-            f"the content_style model ({key}) is defined on R^n only: use 'euclidean'",
+            f"the content_style model ({section}) is defined on R^n only: use 'euclidean'",
         )
     n = space.dim
     if n < 2:
         checks.fail("dgp.dim", n, "content_style needs at least 2 dimensions (content and style)")
     if content_dim is None:
         return n // 2
-    k = checks.integer(f"{key}.content_dim", content_dim, minimum=1)
+    k = checks.integer("content_dim", content_dim, minimum=1)
     if k > n - 1:
-        checks.fail(f"{key}.content_dim", content_dim, f"must lie in 1..{n - 1} (dgp.dim={n})")
+        checks.fail("content_dim", content_dim, f"must lie in 1..{n - 1} (dgp.dim={n})")
     return k
 
 
@@ -102,9 +103,9 @@ class ContentStyleMarginal(Marginal):
         super().__init__()
         self.space = space
         self.content_dim = split_dims(space, content_dim, "dgp.marginal")
-        self.dependence = checks.boolean("dgp.marginal.dependence", dependence)
+        self.dependence = checks.boolean("dependence", dependence)
         self.content_dependent_style = checks.boolean(
-            "dgp.marginal.content_dependent_style", content_dependent_style
+            "content_dependent_style", content_dependent_style
         )
         kc, ks = self.content_dim, space.dim - self.content_dim
         for name, k in (("content", kc), ("style", ks)):
@@ -168,12 +169,12 @@ class ContentStyleConditional(Conditional):
         super().__init__()
         self.space = space
         self.content_dim = split_dims(space, content_dim, "dgp.conditional")
-        self.p_change = checks.probability("dgp.conditional.p_change", p_change)
-        self.sigma = checks.positive("dgp.conditional.sigma", sigma)
-        self.dependence = checks.boolean("dgp.conditional.dependence", dependence)
+        self.p_change = checks.probability("p_change", p_change)
+        self.sigma = checks.positive("sigma", sigma)
+        self.dependence = checks.boolean("dependence", dependence)
         if self.dependence and self.sigma != 1.0:
             checks.fail(
-                "dgp.conditional.sigma", sigma,
+                "sigma", sigma,
                 "has no effect with dgp.conditional.dependence=true (ε ~ N(0, Σ_a)); leave it at 1.0",
             )
         ks = space.dim - self.content_dim

@@ -30,7 +30,7 @@ from dgp.conditionals.vmf import sample_vmf
 from dgp.registry import Registry
 from dgp.spaces import Box, Euclidean, Sphere
 
-MARGINALS = Registry("marginals")
+MARGINALS = Registry("marginals", "dgp.marginal")
 """Latent marginals p(z) by name."""
 
 
@@ -112,10 +112,10 @@ class _LocationScale(_Marginal):
                 "on the sphere use 'uniform'",
             )
         super().__init__(space)
-        self.scale = checks.positive("dgp.marginal.scale", scale)
+        self.scale = checks.positive("scale", scale)
         if loc is None:
             loc = 0.5 * (space.low + space.high) if isinstance(space, Box) else 0.0
-        self.loc = checks.number("dgp.marginal.loc", loc)
+        self.loc = checks.number("loc", loc)
 
     def sample(self, batch: int, generator: torch.Generator) -> Tensor:
         """``(batch, n)`` draws."""
@@ -209,7 +209,7 @@ class GenNormMarginal(_LocationScale):
         self, space, rng: torch.Generator | None = None, *, loc: float | None = None, scale: float = 1.0, p: float = 3.0
     ):
         super().__init__(space, loc, scale)
-        self.p = checks.positive("dgp.marginal.p", p)
+        self.p = checks.positive("p", p)
 
     def _plain(self, loc: Tensor, generator: torch.Generator) -> Tensor:
         return truncation.gennorm(loc, self.scale, self.p, generator)

@@ -30,7 +30,7 @@ from dgp import checks
 from dgp.base import Mixing
 from dgp.registry import Registry
 
-MIXINGS = Registry("mixings")
+MIXINGS = Registry("mixings", "dgp.mixing")
 """Mixing functions g by name."""
 
 CHUNK = 4096
@@ -67,13 +67,13 @@ def well_conditioned_matrix(dim: int, threshold: float, rng: torch.Generator) ->
 
 
 def draw_layers(
-    dim: int, count: int, rng: torch.Generator, cond_ratio: float, cond_draws: int, key: str
+    dim: int, count: int, rng: torch.Generator, cond_ratio: float, cond_draws: int
 ) -> tuple[Tensor, float]:
     """``count`` well-conditioned layer matrices ``(count, dim, dim)`` and their threshold."""
-    ratio = checks.number(f"{key}.cond_ratio", cond_ratio)
+    ratio = checks.number("cond_ratio", cond_ratio)
     if not 0.0 <= ratio < 1.0:
-        checks.fail(f"{key}.cond_ratio", cond_ratio, "must lie in [0, 1)")
-    draws = checks.integer(f"{key}.cond_draws", cond_draws, minimum=1)
+        checks.fail("cond_ratio", cond_ratio, "must lie in [0, 1)")
+    draws = checks.integer("cond_draws", cond_draws, minimum=1)
     if checks.only_checking():  # options are valid; the search is skipped (placeholder identity layers)
         return torch.eye(dim, dtype=torch.float64).expand(count, dim, dim).clone(), 1.0
     threshold = condition_threshold(dim, draws, ratio, rng)
@@ -152,9 +152,9 @@ class InvertibleMLP(LayerStack):
         cond_draws: int = 25000,
     ):
         dim = checks.integer("dgp.dim", dim, minimum=1)
-        count = checks.integer("dgp.mixing.layers", layers, minimum=1)
-        slope = checks.positive("dgp.mixing.slope", slope)
-        weights, threshold = draw_layers(dim, count, rng, cond_ratio, cond_draws, "dgp.mixing")
+        count = checks.integer("layers", layers, minimum=1)
+        slope = checks.positive("slope", slope)
+        weights, threshold = draw_layers(dim, count, rng, cond_ratio, cond_draws)
         super().__init__(weights, threshold, slope)
 
     def describe(self) -> str:
@@ -170,7 +170,7 @@ class LinearMixing(LayerStack):
 
     def __init__(self, dim: int, rng: torch.Generator, *, cond_ratio: float = 0.0, cond_draws: int = 25000):
         dim = checks.integer("dgp.dim", dim, minimum=1)
-        weights, threshold = draw_layers(dim, 1, rng, cond_ratio, cond_draws, "dgp.mixing")
+        weights, threshold = draw_layers(dim, 1, rng, cond_ratio, cond_draws)
         super().__init__(weights, threshold, 1.0)
 
     def describe(self) -> str:

@@ -31,7 +31,7 @@ from dgp import checks
 from dgp.base import Marginal, Negatives
 from dgp.registry import Registry
 
-NEGATIVES = Registry("negatives")
+NEGATIVES = Registry("negatives", "dgp.negatives")
 """Sources of separate negatives by name."""
 
 _CHUNK = 1 << 22
@@ -69,12 +69,12 @@ class MarginalNegatives(Negatives):
     ):
         super().__init__()
         if num is not None:
-            checks.integer("dgp.negatives.num", num, minimum=1)
+            checks.integer("num", num, minimum=1)
         if per_anchor is not None:
-            checks.integer("dgp.negatives.per_anchor", per_anchor, minimum=1)
+            checks.integer("per_anchor", per_anchor, minimum=1)
             if num is not None:
                 checks.fail(
-                    "dgp.negatives.per_anchor", per_anchor, f"give either it or dgp.negatives.num={num}, not both"
+                    "per_anchor", per_anchor, f"give either it or dgp.negatives.num={num}, not both"
                 )
         self.num = num
         self.per_anchor = per_anchor
@@ -137,29 +137,29 @@ class TiltedNegatives(Negatives):
         max_pool: int = 1 << 20,
     ):
         super().__init__()
-        self.beta = checks.non_negative("dgp.negatives.beta", beta)
-        self.num = checks.integer("dgp.negatives.num", num, minimum=1)
-        self.pool = checks.integer("dgp.negatives.pool", pool, minimum=1)
-        self.method = checks.choice("dgp.negatives.method", method, ("auto", "resample"))
-        self.min_ess = checks.non_negative("dgp.negatives.min_ess", min_ess)
-        self.max_pool = checks.integer("dgp.negatives.max_pool", max_pool, minimum=1)
+        self.beta = checks.non_negative("beta", beta)
+        self.num = checks.integer("num", num, minimum=1)
+        self.pool = checks.integer("pool", pool, minimum=1)
+        self.method = checks.choice("method", method, ("auto", "resample"))
+        self.min_ess = checks.non_negative("min_ess", min_ess)
+        self.max_pool = checks.integer("max_pool", max_pool, minimum=1)
         self.target_ess = None
         if target_ess is not None:
-            self.target_ess = checks.number("dgp.negatives.target_ess", target_ess)
+            self.target_ess = checks.number("target_ess", target_ess)
             if self.target_ess < 1.0:
                 checks.fail(
-                    "dgp.negatives.target_ess", target_ess,
+                    "target_ess", target_ess,
                     "must be >= 1 (an effective sample size lies between 1 and the pool size), or null for a "
                     "fixed pool",
                 )
             if self.max_pool < self.pool:
                 checks.fail(
-                    "dgp.negatives.max_pool", max_pool,
+                    "max_pool", max_pool,
                     f"must be >= dgp.negatives.pool={pool} (the pool target_ess starts from)",
                 )
             if self.target_ess > self.max_pool:
                 checks.fail(
-                    "dgp.negatives.target_ess", target_ess,
+                    "target_ess", target_ess,
                     f"must be <= dgp.negatives.max_pool={max_pool}: the effective sample size never exceeds "
                     "the pool",
                 )

@@ -16,10 +16,13 @@ from option name to a one-line text (:func:`option_docs`); ``icl config --keys``
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable, Iterator, Mapping
+
+from dgp.checks import OptionError, current_section, section
 
 ENTRY_POINT_PREFIX = "identifiable_cl."
 
@@ -38,11 +41,14 @@ class Registry:
 
     ``register`` is used as a decorator by built-ins; entry points in the group
     ``identifiable_cl.<kind>`` are merged in lazily. Unknown names raise a
-    ``ValueError`` that lists the available ones.
+    ``ValueError`` that lists the available ones. ``section`` is the config key of
+    the components (``loss``, ``dgp.conditional``): a component names its own options
+    bare in an :class:`~dgp.checks.OptionError` and the registry keys them in full.
     """
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, section: str | None = None):
         self.kind = kind
+        self.section = section or kind
         self.group = ENTRY_POINT_PREFIX + kind
         self._entries: dict[str, Entry] = {}
         self._entry_points_loaded = False
@@ -53,18 +59,39 @@ class Registry:
 
         def decorate(obj: Any) -> Any:
             self._add(name, obj, origin or f"{obj.__module__}.{obj.__qualname__}")
-            return obj
+            return self._entries[name].obj
 
         return decorate
 
     def _add(self, name: str, obj: Any, origin: str) -> None:
-        if name in self._entries and self._entries[name].obj is not obj:
+        known = self._entries.get(name)
+        if known is not None and getattr(known.obj, "__wrapped__", known.obj) is not obj:
             raise ValueError(
                 f"{self.kind}: the name {name!r} is already registered by "
-                f"{self._entries[name].origin}; cannot register {origin} under it"
+                f"{known.origin}; cannot register {origin} under it"
             )
         check_option_docs(obj, f"{self.kind} {name!r} ({origin})")
+        if not inspect.isclass(obj):
+            obj = self._keyed(obj, obj)
+        elif not getattr(obj.__init__, "keyed", False):
+            obj.__init__ = self._keyed(obj.__init__, obj)
         self._entries[name] = Entry(name, obj, origin)
+
+    def _keyed(self, construct: Callable[..., Any], obj: Any) -> Callable[..., Any]:
+        """``construct`` run in the section of what it builds (``self.section`` unless a build names
+        another), an :class:`OptionError` about one of ``obj``'s options keyed in full (``tau`` → ``loss.tau``)."""
+
+        @functools.wraps(construct)
+        def keyed(*args: Any, **kwargs: Any) -> Any:
+            key = current_section(self.section)
+            try:
+                with section(key):
+                    return construct(*args, **kwargs)
+            except OptionError as error:
+                raise error.within(key, option_parameters(obj)[0]) from None
+
+        keyed.keyed = True
+        return keyed
 
     def load_entry_points(self, force: bool = False) -> None:
         """Merge in the components other distributions declare in ``self.group``."""
@@ -103,12 +130,10 @@ class Registry:
         """The entry called ``name``; ``key`` names the config key for the error message."""
         entries = self._all()
         if name not in entries:
-            where = f"{key}: " if key else ""
-            raise ValueError(
-                f"{where}unknown name {name!r} among the registered {self.kind}; "
-                f"available: {', '.join(self.names()) or '(none)'} (if {name!r} comes from a plugin, "
-                f"a plugin that provides it may be missing: `icl plugins` lists what is installed)"
-            )
+            detail = (f"unknown name {name!r} among the registered {self.kind}; "
+                      f"available: {', '.join(self.names()) or '(none)'} (if {name!r} comes from a plugin, "
+                      f"a plugin that provides it may be missing: `icl plugins` lists what is installed)")
+            raise OptionError((key,), f": {detail}") if key else ValueError(detail)
         return entries[name]
 
     def get(self, name: str, key: str | None = None) -> Any:
@@ -120,22 +145,25 @@ class Registry:
 
         ``args``/``kwargs`` are supplied by the caller (e.g. the space); the
         spec's other entries are user options, checked against the signature so
-        a misspelt option fails with the list of allowed ones.
+        a misspelt option fails with the list of allowed ones. ``key`` is the config
+        key of ``spec``, relative to the component being built if any (an ensemble's
+        ``members[0]``); errors about the component's own options name it in full.
         """
+        enclosing = current_section("")
+        key = f"{enclosing}.{key}" if enclosing else key
         if isinstance(spec, str):
             spec = {"name": spec}
         if not isinstance(spec, Mapping) or "name" not in spec:
-            raise ValueError(f"{key}: expected a mapping with a 'name' entry, got {spec!r}")
+            raise OptionError((key,), f": expected a mapping with a 'name' entry, got {spec!r}")
         options = {k: v for k, v in spec.items() if k != "name"}
         obj = self.get(spec["name"], f"{key}.name")
         allowed = user_options(obj, exclude=set(kwargs))
         unknown = sorted(set(options) - set(allowed))
         if unknown and not accepts_var_kwargs(obj):
-            raise ValueError(
-                f"{', '.join(f'{key}.{o}' for o in unknown)}: unknown option(s) for "
-                f"{self.kind} {spec['name']!r}; allowed: {', '.join(allowed) or '(none)'}"
-            )
-        return obj(*args, **kwargs, **options)
+            raise OptionError(tuple(f"{key}.{o}" for o in unknown), f": unknown option(s) for {self.kind} "
+                              f"{spec['name']!r}; allowed: {', '.join(allowed) or '(none)'}")
+        with section(key):
+            return obj(*args, **kwargs, **options)
 
 
 def option_parameters(obj: Any) -> tuple[dict[str, inspect.Parameter], bool]:

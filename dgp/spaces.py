@@ -9,7 +9,7 @@ from dgp import checks
 from dgp.base import Space
 from dgp.registry import Registry
 
-SPACES = Registry("spaces")
+SPACES = Registry("spaces", "dgp.space")
 """Latent spaces by name."""
 
 
@@ -24,7 +24,7 @@ class Sphere(Space):
     def __init__(self, dim: int, rng: torch.Generator | None = None, *, radius: float = 1.0):
         super().__init__()
         self.dim = checks.integer("dgp.dim", dim, minimum=2)
-        self.radius = checks.positive("dgp.space.radius", radius)
+        self.radius = checks.positive("radius", radius)
 
     def uniform(self, batch: int, generator: torch.Generator, dtype: torch.dtype) -> Tensor:
         """Uniform on the sphere: a normalised standard Gaussian, scaled to the radius."""
@@ -53,10 +53,10 @@ class Box(Space):
     def __init__(self, dim: int, rng: torch.Generator | None = None, *, low: float = 0.0, high: float = 1.0):
         super().__init__()
         self.dim = checks.integer("dgp.dim", dim, minimum=1)
-        self.low = checks.number("dgp.space.low", low)
-        self.high = checks.number("dgp.space.high", high)
+        self.low = checks.number("low", low)
+        self.high = checks.number("high", high)
         if self.low >= self.high:
-            checks.fail("dgp.space.low", low, f"must be < dgp.space.high={high!r}")
+            checks.fail("low", low, f"must be < dgp.space.high={high!r}")
 
     def uniform(self, batch: int, generator: torch.Generator, dtype: torch.dtype) -> Tensor:
         u = torch.rand(batch, self.dim, generator=generator, device=generator.device, dtype=dtype)

@@ -18,7 +18,7 @@ from dgp import checks
 from dgp.registry import Registry
 from identifiable_cl.linear import Linear
 
-ENCODERS = Registry("encoders")
+ENCODERS = Registry("encoders", "encoder")
 """Encoders by name."""
 
 ACTIVATIONS = {
@@ -41,7 +41,7 @@ class OutputNormalization(nn.Module):
 
     def __init__(self, kind: str):
         super().__init__()
-        self.kind = checks.choice("encoder.normalize", kind, NORMALIZATIONS)
+        self.kind = checks.choice("normalize", kind, NORMALIZATIONS)
         if kind == "learnable_sphere":
             self.log_radius = nn.Parameter(torch.zeros(()))
         if kind == "learnable_box":
@@ -95,10 +95,10 @@ class MLPEncoder(nn.Module):
         n = latent_dim
         widths = [10 * n, 50 * n, 50 * n, 50 * n, 50 * n, 10 * n] if widths is None else widths
         if not isinstance(widths, list) or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths):
-            checks.fail("encoder.widths", widths, "a list of positive integers, or null for the reference widths")
-        checks.choice("encoder.activation", activation, ACTIVATIONS)
-        slope = checks.non_negative("encoder.slope", slope)
-        self.output_dim = n if output_dim is None else checks.integer("encoder.output_dim", output_dim, minimum=1)
+            checks.fail("widths", widths, "a list of positive integers, or null for the reference widths")
+        checks.choice("activation", activation, ACTIVATIONS)
+        slope = checks.non_negative("slope", slope)
+        self.output_dim = n if output_dim is None else checks.integer("output_dim", output_dim, minimum=1)
         layers: list[nn.Module] = []
         previous = input_dim
         for width in widths:

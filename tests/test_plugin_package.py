@@ -65,6 +65,11 @@ def test_readme_plugin_builds_and_trains(tmp_path):
     bad = subprocess.run(icl + ["train", "--run-dir", str(tmp_path / "bad"), "--loss.name=align_uniform", "--loss.tt=2"],
                          env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "loss.tt" in bad.stderr
+    for option, message in (("--loss.t=0", "loss.t=0 is invalid: must be > 0"),
+                            ("--dgp.conditional.sigma=-1", "dgp.conditional.sigma=-1 is invalid: must be > 0")):
+        bad = subprocess.run(icl + ["train", "--run-dir", str(tmp_path / "bad"), *every_kind["sphere"], option],
+                             env=env, capture_output=True, text=True)
+        assert bad.returncode == 2 and message in bad.stderr, bad.stderr
     # a saved run that needs a plugin which is no longer installed
     gone = subprocess.run(icl + ["evaluate", str(tmp_path / "torus")], capture_output=True, text=True,
                           env=dict(env, PYTHONPATH=str(ROOT)))

@@ -2,6 +2,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from dgp.registry import Registry, accepts_var_kwargs, user_options
 
@@ -110,3 +111,46 @@ def test_a_function_with_var_keywords_accepts_any_option():
         return options
 
     assert user_options(make) == ["dim"] and accepts_var_kwargs(make)
+
+
+def test_a_component_names_its_options_bare_and_the_registry_keys_them_in_full():
+    from dgp import checks
+
+    reg = Registry("keyed_test", "dgp.thing")
+
+    @reg.register("outer")
+    class Outer:
+        def __init__(self, *, scale: float = 1.0, inner: dict | None = None, dim: int = 2):
+            checks.positive("scale", scale)
+            checks.integer("dgp.dim", dim, minimum=2)  # another section's key stays as written
+            if inner is not None:
+                reg.build(inner, key="inner")
+
+    @reg.register("make")
+    def make(*, p: float = 1.0):
+        return checks.probability("p", p)
+
+    cases = [
+        (lambda: Outer(scale=0), r"^dgp\.thing\.scale=0 is invalid: must be > 0$"),
+        (lambda: reg.build({"name": "outer", "scale": -1}, key="view"), r"^view\.scale=-1 is invalid"),
+        (lambda: Outer(dim=1), r"^dgp\.dim=1 is invalid"),
+        (lambda: Outer(inner={"name": "outer", "scale": 0}), r"^dgp\.thing\.inner\.scale=0 is invalid"),
+        (lambda: Outer(inner={"name": "nope"}), r"^dgp\.thing\.inner\.name: unknown name 'nope'"),
+        (lambda: Outer(inner={"name": "make", "p": 2}), r"^dgp\.thing\.inner\.p=2 is invalid: must lie in \[0, 1\]$"),
+        (lambda: reg.build({"name": "make", "p": 2}, key="x"), r"^x\.p=2 is invalid"),
+    ]
+    for construct, message in cases:
+        with pytest.raises(checks.OptionError, match=message):
+            construct()
+    assert reg.build({"name": "make", "p": 0.5}, key="x") == 0.5
+    assert reg.get("make").__wrapped__ is not None and reg.get("outer") is Outer
+
+
+def test_a_loss_knows_the_config_key_it_was_built_under():
+    from identifiable_cl.losses import LOSSES
+
+    ensemble = LOSSES.build({"name": "ensemble", "members": [{"name": "infonce"}, {"name": "infonce"}]}, key="loss", dim=3)
+    assert ensemble.config_key == "loss"
+    assert [m.config_key for m in ensemble.members] == ["loss.members[0]", "loss.members[1]"]
+    with pytest.raises(ValueError, match=r"^loss\.members\[0\]\.negatives='symmetric' draws negatives from the batch"):
+        ensemble(*torch.randn(2, 1, 3))

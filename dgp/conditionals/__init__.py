@@ -2,7 +2,7 @@
 
 from dgp.registry import Registry
 
-CONDITIONALS = Registry("conditionals")
+CONDITIONALS = Registry("conditionals", "dgp.conditional")
 """Positive conditionals by name (the content-style one lives in :mod:`dgp.content_style`)."""
 
 from dgp.conditionals import anisotropic, isotropic, vmf  # noqa: E402,F401  (registration)

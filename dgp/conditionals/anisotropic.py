@@ -44,7 +44,7 @@ GIVE_UP_RATE = 1e-3
 
 def lambda_profile(lambdas: Any, n: int) -> Tensor:
     """Λ as a float64 tensor ``(n,)`` from a profile name or an explicit list of n positive numbers."""
-    key = f"{KEY}.lambdas"
+    key = "lambdas"
     if isinstance(lambdas, str):
         checks.choice(key, lambdas, PROFILES)
         if lambdas == "bimodal":
@@ -84,9 +84,9 @@ class Anisotropic(Conditional):
         self.space = space
         self.profile = lambdas if isinstance(lambdas, str) else None
         self.register_buffer("lam", lambda_profile(lambdas, space.dim))
-        self.shell = None if shell is None else checks.positive(f"{KEY}.shell", shell)
+        self.shell = None if shell is None else checks.positive("shell", shell)
         if self.shell is not None and not isinstance(space, Sphere):
-            checks.fail(f"{KEY}.shell", shell, "a rejection shell exists only on the sphere; use null")
+            checks.fail("shell", shell, "a rejection shell exists only on the sphere; use null")
         self.acceptance_rate = math.nan
 
     def lambda_true(self) -> Tensor:

@@ -54,7 +54,7 @@ class NormalConditional(_Isotropic):
 
     def __init__(self, space, rng: torch.Generator | None = None, *, sigma: float = DEFAULT_SCALE):
         super().__init__(space)
-        self.sigma = checks.positive("dgp.conditional.sigma", sigma)
+        self.sigma = checks.positive("sigma", sigma)
 
     def _around(self, z: Tensor, generator: torch.Generator) -> Tensor:
         return truncation.normal(z, self.sigma, generator)
@@ -79,7 +79,7 @@ class LaplaceConditional(_Isotropic):
 
     def __init__(self, space, rng: torch.Generator | None = None, *, scale: float = DEFAULT_SCALE):
         super().__init__(space)
-        self.scale = checks.positive("dgp.conditional.scale", scale)
+        self.scale = checks.positive("scale", scale)
 
     def _around(self, z: Tensor, generator: torch.Generator) -> Tensor:
         return truncation.laplace(z, self.scale, generator)
@@ -107,8 +107,8 @@ class GenNormConditional(_Isotropic):
         self, space, rng: torch.Generator | None = None, *, scale: float = DEFAULT_SCALE, p: float = 3.0
     ):
         super().__init__(space)
-        self.scale = checks.positive("dgp.conditional.scale", scale)
-        self.p = checks.positive("dgp.conditional.p", p)
+        self.scale = checks.positive("scale", scale)
+        self.p = checks.positive("p", p)
 
     def _around(self, z: Tensor, generator: torch.Generator) -> Tensor:
         return truncation.gennorm(z, self.scale, self.p, generator)

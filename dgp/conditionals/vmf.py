@@ -102,7 +102,7 @@ class VonMisesFisher(Conditional):
                 "dgp.conditional.name", "vmf", f"needs dgp.space.name='sphere', got {type(space).__name__.lower()}"
             )
         self.space = space
-        self.kappa = checks.positive("dgp.conditional.kappa", kappa)
+        self.kappa = checks.positive("kappa", kappa)
 
     def sample(self, z: Tensor, generator: torch.Generator) -> Tensor:
         """``(B, n)`` positives on the sphere of radius r around the anchors ``z`` ``(B, n)``."""

@@ -6,7 +6,7 @@ equation it implements and ``base`` for the negative sets and reductions.
 
 from dgp.registry import Registry
 
-LOSSES = Registry("losses")
+LOSSES = Registry("losses", "loss")
 """Losses by name."""
 
 from identifiable_cl.losses import aninfonce, blocked, ensemble, hard_negative, infonce, native  # noqa: E402,F401

@@ -21,7 +21,6 @@ from identifiable_cl.losses.base import (
     contrastive_loss,
     infonce_row,
     normalise,
-    option_key,
     prepared_inputs,
 )
 from identifiable_cl.losses import LOSSES
@@ -76,19 +75,19 @@ class AnInfoNCE(ContrastiveLoss):
         super().__init__()
         self.dim = check_dim(dim)
         if seed is not None:
-            seed = checks.integer(option_key("seed"), seed, minimum=0)
+            seed = checks.integer("seed", seed, minimum=0)
         if isinstance(lambda_init, str):
-            checks.choice(option_key("lambda_init"), lambda_init, ["random"])
+            checks.choice("lambda_init", lambda_init, ["random"])
             generator = None if seed is None else torch.Generator().manual_seed(seed)
             raw = 0.1 * torch.randn(self.dim, generator=generator, dtype=torch.float64)
         else:
-            value = checks.positive(option_key("lambda_init"), lambda_init)
+            value = checks.positive("lambda_init", lambda_init)
             raw = torch.full((self.dim,), inverse_softplus(value), dtype=torch.float64)
         self.raw_lambda = nn.Parameter(raw.to(torch.get_default_dtype()))
-        self.factor = checks.positive(option_key("factor"), factor)
-        self.negatives = checks.choice(option_key("negatives"), negatives, NEGATIVE_SETS)
-        self.reduction = checks.choice(option_key("reduction"), reduction, REDUCTIONS)
-        self.unit_norm = checks.boolean(option_key("unit_norm"), unit_norm)
+        self.factor = checks.positive("factor", factor)
+        self.negatives = checks.choice("negatives", negatives, NEGATIVE_SETS)
+        self.reduction = checks.choice("reduction", reduction, REDUCTIONS)
+        self.unit_norm = checks.boolean("unit_norm", unit_norm)
         self.lr = check_lr(lr)
         self.requires_negatives = self.negatives == "independent"
         self.needs_unit_norm = self.unit_norm

@@ -82,11 +82,9 @@ for the batch at hand.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import math
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -101,31 +99,14 @@ REDUCTIONS = ("logsumexp", "logmeanexp", "decoupled_logsumexp", "decoupled_logme
 DECOUPLED = ("decoupled_logsumexp", "decoupled_logmeanexp")
 """The reductions whose denominator leaves the positive out (module docstring)."""
 
-_KEY_PREFIX: contextvars.ContextVar[str] = contextvars.ContextVar("loss_key_prefix", default="loss")
-
-
-def option_key(name: str) -> str:
-    """The dotted config key of option ``name`` of the loss being built, e.g. ``loss.tau``."""
-    return f"{_KEY_PREFIX.get()}.{name}"
-
-
-@contextlib.contextmanager
-def key_scope(prefix: str) -> Iterator[None]:
-    """Losses built inside this block name their options ``<prefix>.<option>``."""
-    token = _KEY_PREFIX.set(prefix)
-    try:
-        yield
-    finally:
-        _KEY_PREFIX.reset(token)
-
 
 def check_lr(value: Any) -> float | None:
     """``None`` (the trainer's loss lr) or a positive learning rate for the loss parameters."""
-    return None if value is None else checks.positive(option_key("lr"), value)
+    return None if value is None else checks.positive("lr", value)
 
 
 def check_dim(value: Any) -> int:
-    return checks.integer(option_key("dim"), value, minimum=1)
+    return checks.integer("dim", value, minimum=1)
 
 
 def pairwise_similarity(a: Tensor, b: Tensor, kind: str) -> Tensor:
@@ -388,7 +369,7 @@ class ContrastiveLoss(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.config_key = _KEY_PREFIX.get()
+        self.config_key = checks.current_section("loss")
 
     def logs(self) -> dict[str, float | list[float]]:
         """Scalars and vectors worth logging (learnt temperature, learnt Λ̂, ...)."""

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from dgp import checks
-from identifiable_cl.losses.base import ContrastiveLoss, check_dim, check_lr, key_scope, option_key
+from identifiable_cl.losses.base import ContrastiveLoss, check_dim, check_lr
 from identifiable_cl.losses import LOSSES
 
 
@@ -54,15 +54,14 @@ class Ensemble(ContrastiveLoss):
         super().__init__()
         self.dim = check_dim(dim)
         self.lr = check_lr(lr)
-        key = option_key("members")
         if not isinstance(members, Sequence) or isinstance(members, (str, bytes)) or not members:
-            checks.fail(key, members, "expected a non-empty list of loss specs")
+            checks.fail("members", members, "expected a non-empty list of loss specs")
         self.weights: list[float] = []
         self.heads = nn.ModuleList()
         self.members = nn.ModuleList()
         self._has_head: list[bool] = []
         for i, spec in enumerate(members):
-            member_key = f"{key}[{i}]"
+            member_key = f"members[{i}]"
             if not isinstance(spec, Mapping) or "name" not in spec:
                 checks.fail(member_key, spec, "expected a mapping with a 'name' entry")
             options = dict(spec)
@@ -73,10 +72,7 @@ class Ensemble(ContrastiveLoss):
             head = nn.Identity() if widths is None else projection_head(self.dim, widths)
             self.heads.append(head)
             self._has_head.append(widths is not None)
-            with key_scope(member_key):
-                member = LOSSES.build(
-                    options, key=member_key, dim=self.dim if widths is None else widths[-1]
-                )
+            member = LOSSES.build(options, key=member_key, dim=self.dim if widths is None else widths[-1])
             if not isinstance(member, ContrastiveLoss):
                 checks.fail(f"{member_key}.name", spec["name"], "expected a contrastive loss")
             self.members.append(member)

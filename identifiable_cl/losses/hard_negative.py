@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from dgp import checks
-from identifiable_cl.losses.base import DECOUPLED, check_has_negatives, contrastive_loss, option_key
+from identifiable_cl.losses.base import DECOUPLED, check_has_negatives, contrastive_loss
 from identifiable_cl.losses.infonce import InfoNCE
 from identifiable_cl.losses import LOSSES
 
@@ -47,19 +47,19 @@ class HardNegativeInfoNCE(InfoNCE):
 
     def __init__(self, *, beta: float = 1.0, tau_plus: float = 0.0, **options):
         super().__init__(**options)
-        self.beta = checks.non_negative(option_key("beta"), beta)
-        self.tau_plus = checks.probability(option_key("tau_plus"), tau_plus)
+        self.beta = checks.non_negative("beta", beta)
+        self.tau_plus = checks.probability("tau_plus", tau_plus)
         if self.tau_plus == 1.0:
-            checks.fail(option_key("tau_plus"), tau_plus, "must lie in [0, 1)")
+            checks.fail("tau_plus", tau_plus, "must lie in [0, 1)")
         if self.tau_plus > 0 and self.similarity != "cosine":
             checks.fail(
-                option_key("tau_plus"),
+                "tau_plus",
                 tau_plus,
                 f"debiasing (tau_plus > 0) needs similarity 'cosine', not {self.similarity!r}",
             )
         if self.tau_plus > 0 and self.reduction in DECOUPLED:
             checks.fail(
-                option_key("reduction"),
+                "reduction",
                 self.reduction,
                 f"debiasing (tau_plus={self.tau_plus:g} > 0) subtracts the positive's term from the "
                 "negatives' sum, so the positive cannot be left out of the denominator; allowed with "

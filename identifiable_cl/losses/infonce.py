@@ -20,7 +20,6 @@ from identifiable_cl.losses.base import (
     contrastive_loss,
     infonce_row,
     normalise,
-    option_key,
     prepared_inputs,
 )
 from identifiable_cl.losses import LOSSES
@@ -79,13 +78,13 @@ class InfoNCE(ContrastiveLoss):
     ):
         super().__init__()
         self.dim = check_dim(dim)
-        self.similarity = checks.choice(option_key("similarity"), similarity, SIMILARITIES)
+        self.similarity = checks.choice("similarity", similarity, SIMILARITIES)
         self.temperature = Temperature(
-            checks.positive(option_key("tau"), tau),
-            checks.boolean(option_key("learn_tau"), learn_tau),
+            checks.positive("tau", tau),
+            checks.boolean("learn_tau", learn_tau),
         )
-        self.negatives = checks.choice(option_key("negatives"), negatives, NEGATIVE_SETS)
-        self.reduction = checks.choice(option_key("reduction"), reduction, REDUCTIONS)
+        self.negatives = checks.choice("negatives", negatives, NEGATIVE_SETS)
+        self.reduction = checks.choice("reduction", reduction, REDUCTIONS)
         self.lr = check_lr(lr)
         self.requires_negatives = self.negatives == "independent"
         self.needs_unit_norm = self.similarity == "cosine"

@@ -12,15 +12,5 @@ from dgp.mixing import MIXINGS
 from dgp.negatives import NEGATIVES
 from dgp.spaces import SPACES
 
-__all__ = [
-    "Batch",
-    "Process",
-    "build_process",
-    "check_process",
-    "load_process",
-    "SPACES",
-    "MARGINALS",
-    "CONDITIONALS",
-    "NEGATIVES",
-    "MIXINGS",
-]
+__all__ = ["Batch", "Process", "build_process", "check_process", "load_process",
+           "SPACES", "MARGINALS", "CONDITIONALS", "NEGATIVES", "MIXINGS"]

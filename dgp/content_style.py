@@ -104,20 +104,15 @@ class ContentStyleMarginal(Marginal):
         self.space = space
         self.content_dim = split_dims(space, content_dim, "dgp.marginal")
         self.dependence = checks.boolean("dependence", dependence)
-        self.content_dependent_style = checks.boolean(
-            "content_dependent_style", content_dependent_style
-        )
+        self.content_dependent_style = checks.boolean("content_dependent_style", content_dependent_style)
         kc, ks = self.content_dim, space.dim - self.content_dim
         for name, k in (("content", kc), ("style", ks)):
             sigma = wishart_identity(k, rng) if self.dependence else torch.eye(k, dtype=torch.float64)
             self.register_buffer(f"sigma_{name}", sigma)
             self.register_buffer(f"chol_{name}", torch.linalg.cholesky(sigma))
-        if self.content_dependent_style:
-            self.register_buffer("style_weight", torch.randn(ks, kc, generator=rng, dtype=torch.float64))
-            self.register_buffer("style_offset", torch.randn(ks, generator=rng, dtype=torch.float64))
-        else:
-            self.register_buffer("style_weight", None)
-            self.register_buffer("style_offset", None)
+        shift = self.content_dependent_style
+        self.register_buffer("style_weight", torch.randn(ks, kc, generator=rng, dtype=torch.float64) if shift else None)
+        self.register_buffer("style_offset", torch.randn(ks, generator=rng, dtype=torch.float64) if shift else None)
 
     def sample(self, batch: int, generator: torch.Generator) -> Tensor:
         c = gaussian(batch, self.chol_content, generator)
@@ -132,10 +127,8 @@ class ContentStyleMarginal(Marginal):
     def describe(self) -> str:
         law = "Wishart-drawn covariances Σ_c, Σ_s" if self.dependence else "identity covariances"
         shift = ", style shifted by B c + a" if self.content_dependent_style else ""
-        return (
-            f"content-style normals ({self.content_dim} content + {self.space.dim - self.content_dim} "
-            f"style dims, {law}{shift})"
-        )
+        style_dim = self.space.dim - self.content_dim
+        return f"content-style normals ({self.content_dim} content + {style_dim} style dims, {law}{shift})"
 
 
 @CONDITIONALS.register("content_style")
@@ -178,10 +171,7 @@ class ContentStyleConditional(Conditional):
                 "has no effect with dgp.conditional.dependence=true (ε ~ N(0, Σ_a)); leave it at 1.0",
             )
         ks = space.dim - self.content_dim
-        if self.dependence:
-            cov = wishart_identity(ks, rng)
-        else:
-            cov = self.sigma**2 * torch.eye(ks, dtype=torch.float64)
+        cov = wishart_identity(ks, rng) if self.dependence else self.sigma**2 * torch.eye(ks, dtype=torch.float64)
         self.register_buffer("sigma_change", cov)
         self.register_buffer("chol_change", torch.linalg.cholesky(cov))
 
@@ -196,7 +186,5 @@ class ContentStyleConditional(Conditional):
 
     def describe(self) -> str:
         noise = "N(0, Σ_a), Σ_a Wishart-drawn" if self.dependence else f"N(0, {self.sigma:g}² I)"
-        return (
-            f"content kept ({self.content_dim} dims), each style dim changed with probability "
-            f"{self.p_change:g} by {noise}"
-        )
+        kept = f"content kept ({self.content_dim} dims)"
+        return f"{kept}, each style dim changed with probability {self.p_change:g} by {noise}"

@@ -104,7 +104,7 @@ class _LocationScale(_Marginal):
     name = ""
     family = ""
 
-    def __init__(self, space, loc: float | None, scale: float):
+    def __init__(self, space, rng: torch.Generator | None = None, *, loc: float | None = None, scale: float = 1.0):
         if not isinstance(space, (Box, Euclidean)):
             checks.fail(
                 "dgp.marginal.name", self.name,
@@ -151,9 +151,6 @@ class NormalMarginal(_LocationScale):
     name = "normal"
     family = "normal"
 
-    def __init__(self, space, rng: torch.Generator | None = None, *, loc: float | None = None, scale: float = 1.0):
-        super().__init__(space, loc, scale)
-
     def _plain(self, loc: Tensor, generator: torch.Generator) -> Tensor:
         return truncation.normal(loc, self.scale, generator)
 
@@ -176,9 +173,6 @@ class LaplaceMarginal(_LocationScale):
 
     name = "laplace"
     family = "Laplace"
-
-    def __init__(self, space, rng: torch.Generator | None = None, *, loc: float | None = None, scale: float = 1.0):
-        super().__init__(space, loc, scale)
 
     def _plain(self, loc: Tensor, generator: torch.Generator) -> Tensor:
         return truncation.laplace(loc, self.scale, generator)
@@ -208,7 +202,7 @@ class GenNormMarginal(_LocationScale):
     def __init__(
         self, space, rng: torch.Generator | None = None, *, loc: float | None = None, scale: float = 1.0, p: float = 3.0
     ):
-        super().__init__(space, loc, scale)
+        super().__init__(space, loc=loc, scale=scale)
         self.p = checks.positive("p", p)
 
     def _plain(self, loc: Tensor, generator: torch.Generator) -> Tensor:

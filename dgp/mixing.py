@@ -51,9 +51,8 @@ def condition_numbers(w: Tensor) -> Tensor:
 
 def condition_threshold(dim: int, draws: int, ratio: float, rng: torch.Generator) -> float:
     """The condition number at index ``int(draws * ratio)`` of ``draws`` sorted random draws."""
-    conds = []
-    for start in range(0, draws, CHUNK):
-        conds.append(condition_numbers(unit_column_matrices(min(CHUNK, draws - start), dim, rng)))
+    conds = [condition_numbers(unit_column_matrices(min(CHUNK, draws - start), dim, rng))
+             for start in range(0, draws, CHUNK)]
     return torch.cat(conds).sort().values[int(draws * ratio)].item()
 
 
@@ -66,9 +65,7 @@ def well_conditioned_matrix(dim: int, threshold: float, rng: torch.Generator) ->
             return candidates[passed[0, 0]]
 
 
-def draw_layers(
-    dim: int, count: int, rng: torch.Generator, cond_ratio: float, cond_draws: int
-) -> tuple[Tensor, float]:
+def draw_layers(dim: int, count: int, rng: torch.Generator, cond_ratio: float, cond_draws: int) -> tuple[Tensor, float]:
     """``count`` well-conditioned layer matrices ``(count, dim, dim)`` and their threshold."""
     ratio = checks.number("cond_ratio", cond_ratio)
     if not 0.0 <= ratio < 1.0:
@@ -141,16 +138,8 @@ class InvertibleMLP(LayerStack):
         'slope': 'negative slope of the LeakyReLU between layers (none after the last)',
     }
 
-    def __init__(
-        self,
-        dim: int,
-        rng: torch.Generator,
-        *,
-        layers: int = 3,
-        slope: float = 0.2,
-        cond_ratio: float = 0.0,
-        cond_draws: int = 25000,
-    ):
+    def __init__(self, dim: int, rng: torch.Generator, *, layers: int = 3, slope: float = 0.2,
+                 cond_ratio: float = 0.0, cond_draws: int = 25000):
         dim = checks.integer("dgp.dim", dim, minimum=1)
         count = checks.integer("layers", layers, minimum=1)
         slope = checks.positive("slope", slope)
@@ -158,10 +147,7 @@ class InvertibleMLP(LayerStack):
         super().__init__(weights, threshold, slope)
 
     def describe(self) -> str:
-        return (
-            f"a {self.weight.shape[0]}-layer invertible MLP (LeakyReLU slope {self.slope:g}, "
-            f"{self._conds_text()})"
-        )
+        return f"a {len(self.weight)}-layer invertible MLP (LeakyReLU slope {self.slope:g}, {self._conds_text()})"
 
 
 @MIXINGS.register("linear")

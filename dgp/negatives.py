@@ -83,7 +83,7 @@ class MarginalNegatives(Negatives):
         """``(num, n)`` shared or ``(B, per_anchor, n)`` draws from the marginal, for anchors ``z`` ``(B, n)``."""
         batch, n = z.shape
         if self.per_anchor is not None:
-            return marginal.sample(batch * self.per_anchor, generator).view(batch, self.per_anchor, n).to(z.dtype)
+            return _per_anchor(z, self.per_anchor, marginal, generator)
         return marginal.sample(batch if self.num is None else self.num, generator).to(z.dtype)
 
     def describe(self) -> str:
@@ -209,10 +209,9 @@ class TiltedNegatives(Negatives):
         Raises a ValueError, before drawing anything, when the tilt of ``marginal`` towards these anchors
         is not normalisable; warns (:class:`LowEffectiveSampleSize`) after resampling with a low ESS.
         """
-        batch, n = z.shape
         self.last_ess = None
         if self.beta == 0.0:
-            return marginal.sample(batch * self.num, generator).view(batch, self.num, n).to(z.dtype)
+            return _per_anchor(z, self.num, marginal, generator)
         self._check_anchors(z, marginal)
         exact = getattr(marginal, "sample_tilted", None)
         if self.method == "auto" and exact is not None:
@@ -284,13 +283,9 @@ class TiltedNegatives(Negatives):
 
     def describe(self) -> str:
         how = "exactly where the marginal allows, else by " if self.method == "auto" else "by "
-        if self.target_ess is None:
-            pool = f"{self.pool} marginal draws"
-        else:
-            pool = (
-                f"{self.pool} marginal draws, doubled up to {self.max_pool} until the mean effective sample size "
-                f"reaches {self.target_ess:g}"
-            )
+        pool = f"{self.pool} marginal draws"
+        if self.target_ess is not None:
+            pool += f", doubled up to {self.max_pool} until the mean effective sample size reaches {self.target_ess:g}"
         text = (
             f"{self.num} hard negatives per anchor from q(z-|z) ∝ exp({self.beta:g}·zᵀz-) p(z-), drawn "
             f"{how}importance resampling from {pool}"
@@ -326,6 +321,12 @@ def effective_sample_size(weights: Tensor) -> Tensor:
     """
     total = weights.sum(dim=-1).double()
     return total.square() / torch.einsum("...j,...j->...", weights, weights).double()
+
+
+def _per_anchor(z: Tensor, k: int, marginal: Marginal, generator: torch.Generator) -> Tensor:
+    """``(B, k, n)`` fresh marginal draws for the anchors ``z`` ``(B, n)``."""
+    batch, n = z.shape
+    return marginal.sample(batch * k, generator).view(batch, k, n).to(z.dtype)
 
 
 def _tilt_limit(marginal: Marginal) -> float:

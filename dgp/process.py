@@ -92,8 +92,7 @@ class Process(nn.Module):
 
     def __init__(self, config: Mapping[str, Any] | None = None, seed: int = 0):
         super().__init__()
-        cfg = resolve_config(config)
-        self.config = cfg
+        self.config = cfg = resolve_config(config)
         self.seed = checks.integer("dgp.seed", seed, minimum=0)
         dim = checks.integer("dgp.dim", cfg["dim"], minimum=1)
         dtype = DTYPES[checks.choice("dgp.dtype", cfg["dtype"], DTYPES)]
@@ -103,9 +102,7 @@ class Process(nn.Module):
 
         self.space = SPACES.build(cfg["space"], dim, rng("space"), key="dgp.space")
         self.marginal = MARGINALS.build(cfg["marginal"], self.space, rng("marginal"), key="dgp.marginal")
-        self.conditional = CONDITIONALS.build(
-            cfg["conditional"], self.space, rng("conditional"), key="dgp.conditional"
-        )
+        self.conditional = CONDITIONALS.build(cfg["conditional"], self.space, rng("conditional"), key="dgp.conditional")
         self.negatives = NEGATIVES.build(cfg["negatives"], self.space, rng("negatives"), key="dgp.negatives")
         self.negatives.check_marginal(self.marginal)
         self.mixing = MIXINGS.build(cfg["mixing"], dim, rng("mixing"), key="dgp.mixing")
@@ -173,10 +170,7 @@ class Process(nn.Module):
     @property
     def blocks(self) -> dict[str, list[int]]:
         """Named groups of latent dimensions (content/style, Λ groups); empty if the DGP has none."""
-        named: dict[str, list[int]] = {}
-        for part in (self.marginal, self.conditional):
-            named.update(getattr(part, "blocks", dict)())
-        return named
+        return {**getattr(self.marginal, "blocks", dict)(), **getattr(self.conditional, "blocks", dict)()}
 
     @property
     def lambda_true(self) -> Tensor | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from itertools import islice
 from typing import Any, Sequence
 
 from identifiable_cl.config import OVERRIDE
@@ -48,37 +49,27 @@ def split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """
     options: list[str] = []
     overrides: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        name = arg.split("=", 1)[0]
-        if name in OPTIONS_WITH_VALUE or name in FLAGS:
-            options.append(arg)
-            if name in OPTIONS_WITH_VALUE and "=" not in arg and i + 1 < len(argv):
-                options.append(argv[i + 1])
-                i += 1
+    args = iter(argv)
+    for arg in args:
+        if arg.split("=", 1)[0] in TRAIN_OPTIONS:
+            options += [arg, *islice(args, 1)] if arg in OPTIONS_WITH_VALUE else [arg]
         elif OVERRIDE.fullmatch(arg):
             overrides.append(arg)
-        elif _DOTTED_FLAG.fullmatch(arg) and arg not in ("--help",) and i + 1 < len(argv):
-            overrides.append(f"{arg}={argv[i + 1]}")
-            i += 1
+        elif _DOTTED_FLAG.fullmatch(arg) and arg != "--help" and (value := next(args, None)) is not None:
+            overrides.append(f"{arg}={value}")
         else:
             options.append(arg)
-        i += 1
     return options, overrides
 
 
 def config_file(options: Sequence[str]) -> str | None:
     """The config file (or preset name) among :func:`split`'s options, if one is given."""
-    i = 0
-    while i < len(options):
-        arg = options[i]
+    args = iter(options)
+    for arg in args:
         if arg in OPTIONS_WITH_VALUE:
-            i += 2
-            continue
-        if not arg.startswith("-"):
+            next(args, None)  # its value
+        elif not arg.startswith("-"):
             return arg
-        i += 1
     return None
 
 

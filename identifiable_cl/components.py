@@ -83,29 +83,18 @@ def models(config: Mapping[str, Any], process: dgp.Process) -> tuple[nn.Module, 
 def check_fit(config: Mapping[str, Any], encoder: nn.Module, loss: nn.Module) -> None:
     """The rules between components: unit-norm outputs for a cosine critic, and the DGP's
     separate negatives exactly when the loss uses them."""
+    name = config["loss"]["name"]
     if getattr(loss, "needs_unit_norm", False) and not getattr(encoder, "unit_norm", False):
-        fail(
-            "encoder.normalize",
-            config["encoder"].get("normalize"),
-            f"loss {config['loss']['name']!r} compares unit vectors (cosine similarity, or unit_norm) "
-            "and needs unit-norm outputs: use 'sphere'",
-        )
+        fail("encoder.normalize", config["encoder"].get("normalize"), f"loss {name!r} compares unit vectors "
+             "(cosine similarity, or unit_norm) and needs unit-norm outputs: use 'sphere'")
     uses_negatives = getattr(loss, "requires_negatives", False)
     negatives = config["dgp"]["negatives"]["name"]
     if not uses_negatives and negatives != "none":
-        fail(
-            "dgp.negatives.name",
-            negatives,
-            f"loss {config['loss']['name']!r} does not use the DGP's separate negatives (set its "
-            f"negatives option to 'independent', or dgp.negatives.name to 'none')",
-        )
+        fail("dgp.negatives.name", negatives, f"loss {name!r} does not use the DGP's separate negatives (set its "
+             "negatives option to 'independent', or dgp.negatives.name to 'none')")
     if uses_negatives and negatives == "none":
-        fail(
-            "dgp.negatives.name",
-            "none",
-            f"loss {config['loss']['name']!r} uses the DGP's separate negatives: set dgp.negatives.name "
-            f"to one of {', '.join(n for n in dgp.NEGATIVES.names() if n != 'none')}",
-        )
+        fail("dgp.negatives.name", "none", f"loss {name!r} uses the DGP's separate negatives: set dgp.negatives.name "
+             f"to one of {', '.join(n for n in dgp.NEGATIVES.names() if n != 'none')}")
 
 
 def observations(batch: dgp.Batch, dim: int) -> Tensor:

@@ -82,10 +82,7 @@ def reference_key(key: str) -> str | None:
 def reference_value(key: str, *sources: Mapping[str, Any]) -> float | None:
     """The chance reference of metric ``key`` from the first source that has a finite one, else None."""
     ref = reference_key(key)
-    for source in sources:
-        if ref is not None and _finite(source.get(ref)):
-            return float(source[ref])
-    return None
+    return next((float(source[ref]) for source in sources if ref is not None and _finite(source.get(ref))), None)
 
 
 def _reference_legend(key: str) -> str:
@@ -279,8 +276,7 @@ def draw_figures(run_dir: str | Path) -> dict[str, Path]:
     if not figures:
         raise ValueError(f"{str(run_dir)!r}: nothing to plot (no {rundir.METRICS} or {rundir.READOUT})")
     out.mkdir(parents=True, exist_ok=True)
-    paths = {}
+    paths = {name: out / f"{name}.png" for name in figures}
     for name, fig in figures.items():
-        paths[name] = out / f"{name}.png"
         fig.savefig(paths[name], dpi=110)
     return paths

@@ -27,7 +27,7 @@ from dgp import checks
 from dgp.base import Conditional, Space
 from dgp.conditionals import CONDITIONALS
 from dgp.spaces import Box, Euclidean, Sphere
-from dgp.truncation import truncated_normal
+from dgp.truncation import normal, truncated_normal
 
 KEY = "dgp.conditional"
 PROFILES = ("bimodal", "linear")
@@ -111,8 +111,7 @@ class Anisotropic(Conditional):
             return truncated_normal(z, self.lam.to(z).rsqrt(), self.space.low, self.space.high, generator)
         if isinstance(self.space, Euclidean):
             self.acceptance_rate = 1.0
-            noise = torch.randn(z.shape, generator=generator, device=z.device, dtype=z.dtype)
-            return z + self.lam.to(z).rsqrt() * noise
+            return normal(z, self.lam.to(z).rsqrt(), generator)
         w = self.displaced(z, generator)
         return self.space.radius * w / w.norm(dim=-1, keepdim=True)
 
@@ -124,7 +123,7 @@ class Anisotropic(Conditional):
         scale = self.lam.to(z).rsqrt()
         if self.shell is None:
             self.acceptance_rate = 1.0
-            return u + scale * torch.randn(z.shape, generator=generator, device=z.device, dtype=z.dtype)
+            return normal(u, scale, generator)
         return self._shell_displaced(u, scale, generator)
 
     def _shell_displaced(self, u: Tensor, scale: Tensor, generator: torch.Generator) -> Tensor:

@@ -88,16 +88,6 @@ class Step:
     outcome: str = ""
 
 
-class Clock:
-    """The check's deadline: seconds left, and a step's share of them."""
-
-    def __init__(self, budget: float):
-        self.deadline = time.monotonic() + budget
-
-    def left(self) -> float:
-        return max(0.0, self.deadline - time.monotonic())
-
-
 def run_logged(argv: Sequence[str], log: Path, timeout: float, step: Step, env: dict[str, str]) -> int | None:
     """Run ``argv`` with stdout and stderr into ``log`` (appended), stopped after ``timeout`` seconds;
     the exit code, or None when it was stopped. ``step`` gets the wall time."""
@@ -253,44 +243,48 @@ def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool
               tests: Sequence[str] = ("tests",), bench: Sequence[str] = BENCH_SECTIONS, work: Path | None = None,
               command: str = "") -> dict[str, Any]:
     """Run the check (see the module docstring) into ``out``; returns what ``device_check.json`` holds."""
-    clock = Clock(budget)
+    deadline = time.monotonic() + budget
+    record: list[Step] = []
+
+    def left() -> float:  # seconds left of the budget
+        return max(0.0, deadline - time.monotonic())
+
+    def begin(name: str) -> Step:  # a new step of the record
+        record.append(Step(name))
+        return record[-1]
+
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="device-check-")) if work is None else work
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
     plan = tiny_plan() if tiny else paper_plan()
-    record: list[Step] = []
 
-    step = Step("CUDA tests (pytest -m cuda)")
-    record.append(step)
+    step = begin("CUDA tests (pytest -m cuda)")
     log = out / "tests.txt"
     code = run_logged([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", *tests], log,
-                      min(150.0, 0.3 * clock.left()), step, env)
+                      min(150.0, 0.3 * left()), step, env)
     step.finished, step.outcome = code in (0, 5), last_line(log)
 
-    step = Step("icl bench --device " + device)
-    record.append(step)
+    step = begin("icl bench --device " + device)
     log = out / "bench.txt"
     argv = [sys.executable, "-m", "identifiable_cl.cli", "bench", "--device", device, "--only", *bench]
-    code = run_logged(argv + (["--quick"] if tiny else []), log, min(180.0, 0.35 * clock.left()), step, env)
-    step.finished, step.outcome = code == 0, f"{len((log).read_text().splitlines())} lines"
+    code = run_logged(argv + (["--quick"] if tiny else []), log, min(180.0, 0.35 * left()), step, env)
+    step.finished, step.outcome = code == 0, f"{len(log.read_text().splitlines())} lines"
 
     walls = []
     r24_log = out / "r24.log"
     for n in plan.pilots:
-        step = Step(f"R24 pilot, {n} steps")
-        record.append(step)
+        step = begin(f"R24 pilot, {n} steps")
         folder = experiment_copy(plan, n, work / f"experiment-{n}")
-        code = run_logged(reproduce_argv(folder, plan, work / f"pilot-{n}"), r24_log, 0.25 * clock.left(), step, env)
+        code = run_logged(reproduce_argv(folder, plan, work / f"pilot-{n}"), r24_log, 0.25 * left(), step, env)
         step.finished, step.outcome = code is not None, f"exit {code}; {step.wall_s:.1f} s"
         walls.append(step.wall_s)
-    steps, a, b, why = choose_steps(plan.pilots, (walls[0], walls[1]), clock.left() - 15, plan.candidates,
+    steps, a, b, why = choose_steps(plan.pilots, (walls[0], walls[1]), left() - 15, plan.candidates,
                                     plan.granularity)
     why += f" (fixed cost a = {a:.1f} s, b = {1e3 * b:.2f} ms per step of the whole reproduction)"
-    step = Step(f"R24 paper scale, {steps} steps")
-    record.append(step)
+    step = begin(f"R24 paper scale, {steps} steps")
     folder = experiment_copy(plan, steps, work / "experiment")
     full = work / "reproduce"
-    code = run_logged(reproduce_argv(folder, plan, full), r24_log, clock.left() - 10, step, env)
+    code = run_logged(reproduce_argv(folder, plan, full), r24_log, left() - 10, step, env)
     step.finished, step.outcome = code is not None, f"exit {code}; {last_line(r24_log)}"
     if (full / "results.md").is_file():
         (out / "reproduce.md").write_text((full / "results.md").read_text())

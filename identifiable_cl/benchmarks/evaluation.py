@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from identifiable_cl.evaluation.blocks import haar_orthogonal
 from identifiable_cl.evaluation.mcc import mcc
 from identifiable_cl.evaluation.regression import linear_r2, nonlinear_r2
 
@@ -44,15 +45,10 @@ SPEEDUP_TARGET = 20.0
 ACCURACY_TOLERANCE = 0.01
 
 
-def _rotation(dim: int, generator: torch.Generator) -> Tensor:
-    q, r = torch.linalg.qr(torch.randn(dim, dim, generator=generator, dtype=torch.float64))
-    return q * torch.sign(torch.diagonal(r))
-
-
 def make_mixing(kind: str, dim: int, seed: int) -> Callable[[Tensor], Tensor]:
     """The fixed mixing m of problem ``kind`` (see the module docstring), drawn from ``seed``."""
     g = torch.Generator().manual_seed(seed)
-    q1, q2, q3 = (_rotation(dim, g) for _ in range(3))
+    q1, q2, q3 = (haar_orthogonal(dim, g) for _ in range(3))
     act = torch.nn.LeakyReLU(0.2)
     if kind == "tanh":
         return lambda z: torch.tanh(z @ q1.T)

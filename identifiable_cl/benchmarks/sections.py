@@ -174,8 +174,7 @@ def bench_sampling(batch: int = 6144, reps: int = 20, device: torch.device | Non
 
 def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, device: torch.device | None = None,
                    print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    from identifiable_cl.components import load_config
-    from identifiable_cl.components import build
+    from identifiable_cl.components import build, load_config
     from identifiable_cl.training import train_step
 
     device = device or bench_device()
@@ -332,8 +331,7 @@ def bench_precision(batch: int = 1000, steps: int = 10, device: torch.device | N
     its CUDA products), in fp32 with oneDNN's products (a CPU where torch has them, see
     ``identifiable_cl.linear``) and in bf16."""
     from identifiable_cl import linear
-    from identifiable_cl.components import load_config
-    from identifiable_cl.components import build
+    from identifiable_cl.components import build, load_config
     from identifiable_cl.training import train_step
 
     device = device or bench_device()
@@ -362,9 +360,8 @@ PACK_SIZES = {"cpu": (1, 2, 4, 8), "cuda": (1, 4, 12, 32)}
 
 def bench_packing(sizes: Iterable[int] | None = None, steps: int = 5, device: torch.device | None = None,
                   print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    from identifiable_cl.components import load_config
+    from identifiable_cl.components import build, load_config
     from identifiable_cl.packing import batched_by_default, batched_step
-    from identifiable_cl.components import build
     from identifiable_cl.training import train_step
 
     device = device or bench_device()

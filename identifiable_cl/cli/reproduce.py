@@ -33,15 +33,14 @@ def run(args: argparse.Namespace) -> int:
     if args.name is None:
         raise ValueError("the experiment NAME is required (`icl reproduce --list` shows them); experiments: "
                          f"{', '.join(experiment_names()) or 'none'}")
-    command = "icl reproduce " + " ".join(
-        shlex.quote(str(a)) for a in (args.name, "--scale", args.scale, "--seeds", args.seeds, "--workers", args.workers)
-    ) + (f" --pack {args.pack}" if args.pack > 1 else "") + (f" --runs {shlex.quote(args.runs)}" if args.runs else "") + (
-        f" --out {shlex.quote(str(args.out))}" if args.out else "") + (" --report-only" if args.report_only else "")
+    words = [args.name, "--scale", args.scale, "--seeds", args.seeds, "--workers", args.workers]
+    words += (["--pack", args.pack] if args.pack > 1 else []) + (["--runs", args.runs] if args.runs else [])
+    words += (["--out", args.out] if args.out else []) + (["--report-only"] if args.report_only else [])
+    command = "icl reproduce " + " ".join(shlex.quote(str(a)) for a in words)
     runs = None if args.runs is None else [label.strip() for label in args.runs.split(",") if label.strip()]
     result = reproduce(args.name, args.scale, seeds=args.seeds, workers=args.workers, pack=args.pack, runs=runs,
                        out=args.out, report_only=args.report_only, command=command)
-    failed = sum(len(r.failed) for r in result.results.values())
-    return 1 if failed else 0
+    return 1 if any(r.failed for r in result.results.values()) else 0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

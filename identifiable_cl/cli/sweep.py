@@ -112,15 +112,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         outcomes = run_search(spec, args.out, workers=args.workers, count=args.count, seed=args.seed,
                               devices=_devices(args.devices))
-        return 1 if any(o.state == "failed" for o in outcomes) else 0
-    if args.dry_run:
+    elif args.dry_run:
         for run in plan_runs(spec, args.out, count=args.count, seed=args.seed):
             print(f"{run.run_id}  {' '.join(rendered_train_arguments(spec, run.params)[1])}")
         return 0
-    outcomes = run_sweep(
-        spec, args.out, workers=args.workers, count=args.count, seed=args.seed, devices=_devices(args.devices),
-        pack=args.pack,
-    )
+    else:
+        outcomes = run_sweep(spec, args.out, workers=args.workers, count=args.count, seed=args.seed,
+                             devices=_devices(args.devices), pack=args.pack)
     return 1 if any(o.state == "failed" for o in outcomes) else 0
 
 
@@ -131,17 +129,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.sweep_id is not None and args.count is None:
         raise ValueError("--count: required with --sweep-id (the number of agent jobs, one run each)")
     folder = Path(args.out) / spec.name / "submitit"
-    executor = make_executor(
-        folder,
-        args.cluster,
-        name=f"icl-{spec.name}",
-        parallelism=args.parallelism,
-        gpus_per_node=args.gpus_per_node,
-        cpus_per_task=args.cpus_per_task,
-        mem_gb=args.mem_gb,
-        timeout_min=args.timeout_min,
-        partition=args.partition,
-    )
+    executor = make_executor(folder, args.cluster, name=f"icl-{spec.name}", parallelism=args.parallelism,
+                             gpus_per_node=args.gpus_per_node, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
+                             timeout_min=args.timeout_min, partition=args.partition)
     if args.sweep_id is not None:
         jobs = submit_online(args.sweep_id, executor, count=args.count)
         print(f"submitted {len(jobs)} W&B agent jobs for sweep {args.sweep_id} ({args.cluster}); logs in {folder}")

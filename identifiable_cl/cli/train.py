@@ -157,18 +157,18 @@ def _run(args: argparse.Namespace) -> int:
         return cmd_train_pack_file(args)
     if args.pack_seeds is not None:
         return cmd_train_packed(args, overrides)
+    progress = False if args.quiet else None
     if args.resume:
         if args.config:
             raise ValueError("--resume takes the config saved in the run directory; do not pass CONFIG too")
-        trainer = Trainer.resume(Path(args.resume), overrides, progress=None if not args.quiet else False)
+        trainer = Trainer.resume(Path(args.resume), overrides, progress=progress)
     else:
         config = load_config(args.config, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(Path(args.out), config)
-        trainer = Trainer.create(config, run_dir, progress=None if not args.quiet else False)
+        trainer = Trainer.create(config, run_dir, progress=progress)
         print(f"run directory: {run_dir}")
         print(trainer.c.process.describe())
-    summary = trainer.run()
-    print(results_table(summary))
+    print(results_table(trainer.run()))
     return 0
 
 

@@ -9,23 +9,12 @@ Pure functions (torch tensors or numpy arrays in, plain Python results out): ``l
 """
 
 from identifiable_cl.evaluation.blocks import (
-    RotationReference,
-    block_aware_mcc,
-    block_r2,
-    haar_orthogonal,
-    random_rotation_reference,
-    split_by_block,
+    RotationReference, block_aware_mcc, block_r2, haar_orthogonal, random_rotation_reference, split_by_block,
 )
 from identifiable_cl.evaluation.lambdas import lambda_recovery
 from identifiable_cl.evaluation.mcc import correlation_matrix, mcc
 from identifiable_cl.evaluation.regression import linear_r2, nonlinear_r2
-from identifiable_cl.evaluation.records import (
-    BlockMCCResult,
-    KernelR2Result,
-    MCCResult,
-    R2Result,
-    SpectrumResult,
-)
+from identifiable_cl.evaluation.records import BlockMCCResult, KernelR2Result, MCCResult, R2Result, SpectrumResult
 from identifiable_cl.evaluation.spectrum import effective_rank, spectrum
 from identifiable_cl.evaluation.wrappers import evaluate, identity_baseline, linear_readout, metrics
 

@@ -35,7 +35,7 @@ from torch import Tensor
 from dgp import checks
 from identifiable_cl.evaluation import _inputs
 from identifiable_cl.evaluation.lstsq import GRAM_CUTOFF, symmetric_eig
-from identifiable_cl.evaluation.mcc import pearson_matrix
+from identifiable_cl.evaluation.mcc import checked_pair, pearson_matrix
 from identifiable_cl.evaluation.regression import linear_r2, nonlinear_r2
 from identifiable_cl.evaluation.records import BlockMCCResult, R2Result
 
@@ -49,15 +49,13 @@ def check_blocks(blocks: Mapping[str, Sequence[int]], dim: int, key: str = "bloc
             raise ValueError(f"{key} has a block named {name!r}: names must be non-empty strings other than 'per_dim'")
     if not blocks:
         return {}
-    members = _inputs.partition(key, blocks, dim)
-    return dict(zip(blocks, members))
+    return dict(zip(blocks, _inputs.partition(key, blocks, dim)))
 
 
 def split_by_block(result: R2Result, blocks: Mapping[str, Sequence[int]]) -> dict[str, R2Result]:
     """Per-block R² from a per-dimension result: each block's scores and their mean."""
-    checked = check_blocks(blocks, len(result.per_dim))
     out = {}
-    for name, dims in checked.items():
+    for name, dims in check_blocks(blocks, len(result.per_dim)).items():
         scores = [result.per_dim[i] for i in dims]
         out[name] = R2Result(mean=sum(scores) / len(scores), per_dim=scores)
     return out
@@ -93,9 +91,7 @@ def block_r2(
 
 def _paired_correlation(a: Tensor, b: Tensor) -> Tensor:
     """Pearson correlation of column i of a (N, k) with column i of b (N, k); constant columns give 0."""
-    sa = _inputs.standardise(a)[0]
-    sb = _inputs.standardise(b)[0]
-    return ((sa * sb).mean(dim=0)).clamp(-1.0, 1.0)
+    return (_inputs.standardise(a)[0] * _inputs.standardise(b)[0]).mean(dim=0).clamp(-1.0, 1.0)
 
 
 def _multiple_correlation(corr_zh: Tensor, corr_zz: Tensor) -> Tensor:
@@ -120,19 +116,13 @@ def block_aware_mcc(z: Any, h: Any, groups: Sequence[Sequence[int]]) -> BlockMCC
     which happens when h has fewer dimensions than z) and the representation dimensions given to
     each group.
     """
-    device = _inputs.device_of(h, z)
-    zt = _inputs.matrix("z", z, device)
-    ht = _inputs.matrix("h", h, device)
-    _inputs.paired("z", zt, "h", ht)
-    _inputs.enough_samples("z", zt, max(zt.shape[1], ht.shape[1]) + 1, "correlations need more samples than dimensions")
-    _inputs.varying("z", zt)
+    zt, ht = checked_pair(z, h)
     if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
         raise ValueError(f"groups={groups!r} is invalid: expected a list of lists of latent indices")
     members = _inputs.partition("groups", groups, zt.shape[1])
 
     corr = pearson_matrix(zt, ht)
-    slots = []
-    slot_group = []
+    slots, slot_group = [], []
     for k, dims in enumerate(members):
         rho = _multiple_correlation(corr[dims], pearson_matrix(zt[:, dims], zt[:, dims]))
         slots.extend([rho] * len(dims))

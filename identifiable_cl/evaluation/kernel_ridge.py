@@ -173,14 +173,7 @@ class NystromRidge:
 
     def _train_moments(self, x1: Tensor, y: Tensor, gammas: list[float], roots: list[Tensor]) -> list[_Moments]:
         """Feature moments of every length-scale, accumulated over row chunks (distances computed once per chunk)."""
-        out = [
-            _Moments(
-                torch.zeros(t.shape[1], t.shape[1], dtype=y.dtype, device=y.device),
-                torch.zeros(t.shape[1], y.shape[1], dtype=y.dtype, device=y.device),
-                torch.zeros(t.shape[1], x1.shape[1], dtype=y.dtype, device=y.device),
-            )
-            for t in roots
-        ]
+        out = [_Moments.of(y.new_zeros(0, t.shape[1]), y[:0], x1[:0]) for t in roots]  # zeros, of the right shapes
         for start in range(0, x1.shape[0], CHUNK_ROWS):
             rows = slice(start, start + CHUNK_ROWS)
             d2 = squared_distances(x1[rows, 1:], self.centres)

@@ -46,14 +46,13 @@ def pearson_matrix(a: Tensor, b: Tensor) -> Tensor:
     return (sa.T @ sb / a.shape[0]).clamp(-1.0, 1.0)
 
 
-def _checked(z: Any, h: Any) -> tuple[Tensor, Tensor]:
+def checked_pair(z: Any, h: Any) -> tuple[Tensor, Tensor]:
+    """z (N, n) and h (N, d) checked and converted for correlations, on the device of h (else of z)."""
     device = _inputs.device_of(h, z)
     zt = _inputs.matrix("z", z, device)
     ht = _inputs.matrix("h", h, device)
     _inputs.paired("z", zt, "h", ht)
-    _inputs.enough_samples(
-        "z", zt, max(zt.shape[1], ht.shape[1]) + 1, "correlations need more samples than dimensions"
-    )
+    _inputs.enough_samples("z", zt, max(zt.shape[1], ht.shape[1]) + 1, "correlations need more samples than dimensions")
     _inputs.varying("z", zt)
     return zt, ht
 
@@ -66,7 +65,7 @@ def correlation_matrix(z: Any, h: Any, *, method: str = "pearson") -> Tensor:
     """
     if method not in METHODS:
         raise ValueError(f"method={method!r} is invalid: allowed {', '.join(map(repr, METHODS))}")
-    zt, ht = _checked(z, h)
+    zt, ht = checked_pair(z, h)
     if method == "spearman":
         zt, ht = rank_columns(zt), rank_columns(ht)
     return pearson_matrix(zt, ht)

@@ -45,9 +45,8 @@ class LinearMap:
         return self.standardise(h) @ self.coef + self.z_mean
 
 
-def _prepare(
-    z_fit: Any, h_fit: Any, z_test: Any, h_test: Any, in_sample: Any, minimum_fit: int
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def prepare(z_fit: Any, h_fit: Any, z_test: Any, h_test: Any, in_sample: Any,
+            minimum_fit: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Validate and convert the four arrays; with ``in_sample`` the test pair is the fit pair."""
     if not isinstance(in_sample, bool):
         raise ValueError(f"in_sample={in_sample!r} is invalid: expected True or False")
@@ -81,9 +80,7 @@ def _prepare(
     return zf, hf, zt, ht
 
 
-def linear_r2(
-    z_fit: Any, h_fit: Any, z_test: Any = None, h_test: Any = None, *, in_sample: bool = False
-) -> R2Result:
+def linear_r2(z_fit: Any, h_fit: Any, z_test: Any = None, h_test: Any = None, *, in_sample: bool = False) -> R2Result:
     """Linear R² of z (N, n) regressed from h (N, d) with an intercept.
 
     h is standardised with the fit sample's mean and standard deviation (constant columns carry no
@@ -91,7 +88,7 @@ def linear_r2(
     on (z_test, h_test) — or on the fit sample when ``in_sample=True``. Returns per-dimension
     scores and their mean.
     """
-    zf, hf, zt, ht = _prepare(z_fit, h_fit, z_test, h_test, in_sample, minimum_fit=3)
+    zf, hf, zt, ht = prepare(z_fit, h_fit, z_test, h_test, in_sample, minimum_fit=3)
     scores = r2_scores(zt, LinearMap(zf, hf).predict(ht))
     return R2Result(mean=float(scores.mean()), per_dim=scores.tolist())
 
@@ -100,7 +97,7 @@ def _positive_numbers(key: str, values: Any) -> list[float]:
     try:
         out = [float(v) for v in values]
     except (TypeError, ValueError):
-        raise ValueError(f"{key}={values!r} is invalid: expected a non-empty list of positive numbers") from None
+        out = []
     if not out or any(not (v > 0.0 and v < float("inf")) for v in out):
         raise ValueError(f"{key}={values!r} is invalid: expected a non-empty list of positive numbers")
     return out
@@ -136,7 +133,7 @@ def nonlinear_r2(
     (see ``kernel_ridge``). The shuffle and the centres are drawn from ``generator`` (a fresh CPU
     generator seeded with 0 when None), so the result is deterministic given the generator state.
     """
-    zf, hf, zt, ht = _prepare(z_fit, h_fit, z_test, h_test, in_sample, minimum_fit=10)
+    zf, hf, zt, ht = prepare(z_fit, h_fit, z_test, h_test, in_sample, minimum_fit=10)
     if isinstance(n_centres, bool) or not isinstance(n_centres, int) or n_centres < 1:
         raise ValueError(f"n_centres={n_centres!r} is invalid: expected an integer >= 1")
     factors = _positive_numbers("bandwidth_factors", bandwidth_factors)
@@ -154,10 +151,5 @@ def nonlinear_r2(
         n_centres=n_centres, bandwidth_factors=factors, ridges=ridge_grid, validation_fraction=validation_fraction
     ).fit(x_fit, zf, generator)
     scores = r2_scores(zt, model.predict(_inputs.standardise(ht, mean, scale)[0]))
-    return KernelR2Result(
-        mean=float(scores.mean()),
-        per_dim=scores.tolist(),
-        bandwidth=model.bandwidth,
-        ridge=model.ridge,
-        linear_part=model.linear_part,
-    )
+    return KernelR2Result(mean=float(scores.mean()), per_dim=scores.tolist(), bandwidth=model.bandwidth,
+                          ridge=model.ridge, linear_part=model.linear_part)

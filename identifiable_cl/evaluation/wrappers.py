@@ -14,10 +14,9 @@ import torch
 from torch import Tensor
 
 from dgp import checks
-from identifiable_cl.evaluation import _inputs
 from identifiable_cl.evaluation.blocks import block_aware_mcc, check_blocks, random_rotation_reference, split_by_block
 from identifiable_cl.evaluation.mcc import mcc
-from identifiable_cl.evaluation.regression import LinearMap, linear_r2, nonlinear_r2
+from identifiable_cl.evaluation.regression import LinearMap, linear_r2, nonlinear_r2, prepare, r2_scores
 from identifiable_cl.evaluation.spectrum import spectrum
 
 Metrics = dict[str, Any]
@@ -76,17 +75,15 @@ def metrics(
     in_sample = checks.boolean("eval.in_sample", in_sample)
     linear = linear_r2(z_fit, h_fit, z_test, h_test, in_sample=in_sample)
     z_score, h_score = (z_fit, h_fit) if in_sample else (z_test, h_test)
-    named = check_blocks(blocks or {}, len(linear.per_dim), key="blocks")
+    named = check_blocks(blocks or {}, len(linear.per_dim))
     out: Metrics = {"r2_linear": linear.mean, "r2_linear_per_dim": linear.per_dim}
-    for name, part in split_by_block(linear, named).items():
-        out[f"r2_linear_{name}"] = part.mean
+    out.update({f"r2_linear_{name}": part.mean for name, part in split_by_block(linear, named).items()})
     if nonlinear:
         kernel = nonlinear_r2(z_fit, h_fit, z_test, h_test, in_sample=in_sample, generator=generator,
                               n_centres=n_centres)
         out["r2_nonlinear"] = kernel.mean
         out["r2_nonlinear_per_dim"] = kernel.per_dim
-        for name, part in split_by_block(kernel, named).items():
-            out[f"r2_nonlinear_{name}"] = part.mean
+        out.update({f"r2_nonlinear_{name}": part.mean for name, part in split_by_block(kernel, named).items()})
     for method in ("pearson", "spearman"):
         result = mcc(z_score, h_score, method=method)
         out[f"mcc_{method}"] = result.mean
@@ -159,19 +156,9 @@ def evaluate(
     in_sample = checks.boolean("eval.in_sample", in_sample)
     z_fit, h_fit = _draw(encode, process, generator, n_fit, batch_size)
     z_test, h_test = (None, None) if in_sample else _draw(encode, process, generator, n_test, batch_size)
-    return metrics(
-        z_fit,
-        h_fit,
-        z_test,
-        h_test,
-        blocks=process.blocks,
-        lambda_groups=process.lambda_groups,
-        nonlinear=nonlinear,
-        in_sample=in_sample,
-        generator=generator,
-        rotation_reference=rotation_reference,
-        n_centres=n_centres,
-    )
+    return metrics(z_fit, h_fit, z_test, h_test, blocks=process.blocks, lambda_groups=process.lambda_groups,
+                   nonlinear=nonlinear, in_sample=in_sample, generator=generator,
+                   rotation_reference=rotation_reference, n_centres=n_centres)
 
 
 def identity_baseline(process: Any, generator: torch.Generator, **options: Any) -> Metrics:
@@ -201,12 +188,6 @@ def linear_readout(
     batch_size = checks.integer("batch_size", batch_size, minimum=1)
     z_fit, h_fit = _draw(encode, process, generator, n_fit, batch_size)
     z_test, h_test = _draw(encode, process, generator, n_test, batch_size)
-    scores = linear_r2(z_fit, h_fit, z_test, h_test)
-    device = _inputs.device_of(h_fit)
-    model = LinearMap(_inputs.matrix("z_fit", z_fit, device), _inputs.matrix("h_fit", h_fit, device))
-    z_hat = model.predict(_inputs.matrix("h_test", h_test, device))
-    return (
-        _inputs.matrix("z_test", z_test, device).cpu().numpy(),
-        z_hat.cpu().numpy(),
-        scores.per_dim,
-    )
+    zf, hf, zt, ht = prepare(z_fit, h_fit, z_test, h_test, False, minimum_fit=3)
+    z_hat = LinearMap(zf, hf).predict(ht)
+    return zt.cpu().numpy(), z_hat.cpu().numpy(), r2_scores(zt, z_hat).tolist()

@@ -38,6 +38,13 @@ FALLBACK = {"tiny": "smoke", "medium": "smoke"}
 HOLDS, FAILS, NO_DATA = "holds", "fails", "no data"
 
 
+def check_entries(where: str, raw: Mapping[str, Any], allowed: set[str]) -> None:
+    """A ValueError naming the entries of ``raw`` outside ``allowed``."""
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ValueError(f"{where}: unknown entries {unknown}; allowed: {', '.join(sorted(allowed))}")
+
+
 def _number(where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{where}={value!r} is invalid: expected a finite number")
@@ -98,10 +105,7 @@ class Claim:
     def parse(cls, where: str, raw: Any, scales: Sequence[str]) -> "Claim":
         if not isinstance(raw, Mapping):
             raise ValueError(f"{where}={raw!r} is invalid: expected a mapping with claim, left, op, right")
-        allowed = {"claim", "left", "op", "right", "offset", "scales", "tolerance"}
-        unknown = sorted(set(raw) - allowed)
-        if unknown:
-            raise ValueError(f"{where}: unknown entries {unknown}; allowed: {', '.join(sorted(allowed))}")
+        check_entries(where, raw, {"claim", "left", "op", "right", "offset", "scales", "tolerance"})
         missing = [k for k in ("claim", "left", "op", "right") if k not in raw]
         if missing:
             raise ValueError(f"{where}: missing {', '.join(missing)}")

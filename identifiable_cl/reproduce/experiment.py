@@ -72,7 +72,7 @@ from typing import Any, Mapping, Sequence
 from identifiable_cl.components import load_config
 from identifiable_cl.config import DEFAULTS, drops_options, merge_layer, read_yaml_mapping
 from identifiable_cl.packaged import EXPERIMENTS_DIR
-from identifiable_cl.reproduce.claims import Claim
+from identifiable_cl.reproduce.claims import Claim, check_entries
 from identifiable_cl.sweeps.spec import is_config_key, parse_sweep
 
 
@@ -200,13 +200,11 @@ class Population:
             return TINY_POPULATION["batches"]
         return self._at(self.batches, scale, POPULATION_DEFAULTS["batches"])
 
-    def batch_size_at(self, scale: str, series: PopulationSeries | None = None) -> int | None:
-        """Anchors per batch at ``scale`` (for the runs of ``series``); None: the run's own
-        ``train.batch_size``."""
+    def batch_size_at(self, scale: str, series: PopulationSeries) -> int | None:
+        """Anchors per batch at ``scale`` for the runs of ``series``; None: the run's own ``train.batch_size``."""
         if scale == "tiny":
             return TINY_POPULATION["batch_size"]
-        value = self.batch_size if series is None else series.batch_size
-        return self._at(value, scale, POPULATION_DEFAULTS["batch_size"])
+        return self._at(series.batch_size, scale, POPULATION_DEFAULTS["batch_size"])
 
     def labels(self) -> tuple[str, ...]:
         """Every run checked, in series order, each once."""
@@ -239,13 +237,9 @@ def _population(where: str, raw: Any, labels: Sequence[str]) -> Population | Non
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where}={raw!r} is invalid: a mapping with series (and optionally "
                          f"{', '.join(POPULATION_DEFAULTS)})")
-    allowed = {"series", *POPULATION_DEFAULTS}
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise ValueError(f"{where}: unknown entries {unknown}; allowed: {', '.join(sorted(allowed))}")
-    batch_size = _population_int(
-        f"{where}.batch_size", raw.get("batch_size", POPULATION_DEFAULTS["batch_size"]), 2, allow_none=True
-    )
+    check_entries(where, raw, {"series", *POPULATION_DEFAULTS})
+    raw = {**POPULATION_DEFAULTS, **raw}
+    batch_size = _population_int(f"{where}.batch_size", raw["batch_size"], 2, allow_none=True)
     series_raw = raw.get("series")
     if not isinstance(series_raw, list) or not series_raw:
         raise ValueError(f"{where}.series: a non-empty list of {{label, runs, tau}}")
@@ -254,9 +248,7 @@ def _population(where: str, raw: Any, labels: Sequence[str]) -> Population | Non
         at = f"{where}.series[{i}]"
         if not isinstance(s, Mapping):
             raise ValueError(f"{at}={s!r} is invalid: a mapping {{label: text, runs: [run labels], tau: run or optimal}}")
-        extra = sorted(set(s) - {"label", "runs", "tau", "batch_size"})
-        if extra:
-            raise ValueError(f"{at}: unknown entries {extra}; allowed: batch_size, label, runs, tau")
+        check_entries(at, s, {"label", "runs", "tau", "batch_size"})
         runs = s.get("runs")
         if not isinstance(runs, list) or not runs or not all(isinstance(r, str) for r in runs):
             raise ValueError(f"{at}.runs={runs!r} is invalid: a non-empty list of run labels")
@@ -271,34 +263,26 @@ def _population(where: str, raw: Any, labels: Sequence[str]) -> Population | Non
         taken = [r for r in runs if any(r in earlier.runs for earlier in series)]
         if taken:
             raise ValueError(f"{at}.runs: {taken} already in an earlier series (each run is checked once)")
-        size = _population_int(f"{at}.batch_size", s["batch_size"], 2, allow_none=True) if "batch_size" in s else batch_size
+        size = _population_int(f"{at}.batch_size", s.get("batch_size", batch_size), 2, allow_none=True)
         series.append(PopulationSeries(_text(at, s, "label"), tuple(runs), tau, size))
-    epsilons = raw.get("epsilons", POPULATION_DEFAULTS["epsilons"])
-    if (
-        not isinstance(epsilons, (list, tuple))
-        or not epsilons
-        or not all(not isinstance(e, bool) and isinstance(e, (int, float)) and math.isfinite(e) and e > 0
-                   for e in epsilons)
-    ):
+    epsilons = raw["epsilons"]
+    if not isinstance(epsilons, (list, tuple)) or not epsilons or not all(
+            not isinstance(e, bool) and isinstance(e, (int, float)) and math.isfinite(e) and e > 0 for e in epsilons):
         raise ValueError(f"{where}.epsilons={epsilons!r} is invalid: a non-empty list of numbers > 0")
     if len(set(epsilons)) != len(epsilons):
         raise ValueError(f"{where}.epsilons={epsilons!r}: each strength once")
-    distortions = raw.get("distortions", POPULATION_DEFAULTS["distortions"])
-    if (
-        not isinstance(distortions, (list, tuple))
-        or not distortions
-        or any(d not in POPULATION_DISTORTIONS for d in distortions)
-        or len(set(distortions)) != len(distortions)
-    ):
+    distortions = raw["distortions"]
+    if (not isinstance(distortions, (list, tuple)) or not distortions
+            or any(d not in POPULATION_DISTORTIONS for d in distortions) or len(set(distortions)) != len(distortions)):
         raise ValueError(f"{where}.distortions={distortions!r} is invalid: a non-empty list of distinct names "
                          f"from {', '.join(POPULATION_DISTORTIONS)}")
     return Population(
         series=tuple(series),
         epsilons=tuple(float(e) for e in epsilons),
         distortions=tuple(distortions),
-        batches=_population_int(f"{where}.batches", raw.get("batches", POPULATION_DEFAULTS["batches"]), 2),
+        batches=_population_int(f"{where}.batches", raw["batches"], 2),
         batch_size=batch_size,
-        seed=_population_int(f"{where}.seed", raw.get("seed", POPULATION_DEFAULTS["seed"]), 0),
+        seed=_population_int(f"{where}.seed", raw["seed"], 0),
     )
 
 
@@ -403,11 +387,8 @@ def parse_experiment(raw: Any, folder: Path, source: str) -> Experiment:
     """Check and parse the mapping of an ``experiment.yaml``; errors name ``source`` and the entry."""
     if not isinstance(raw, Mapping):
         raise ValueError(f"{source}: expected a mapping")
-    allowed = {"name", "title", "paper", "reference_source", "notes", "base", "scales", "runs", "metrics", "claims", "figures",
-               "population"}
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise ValueError(f"{source}: unknown entries {unknown}; allowed: {', '.join(sorted(allowed))}")
+    check_entries(source, raw, {"name", "title", "paper", "reference_source", "notes", "base", "scales", "runs",
+                                "metrics", "claims", "figures", "population"})
     runs_raw = raw.get("runs")
     if not isinstance(runs_raw, list) or not runs_raw:
         raise ValueError(f"{source}.runs: a non-empty list of runs")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -36,7 +36,6 @@ from dgp.seeding import stream_seed
 from identifiable_cl.components import observations, split_encodings
 
 IDENTITY, ROTATION, CONSTANT = "identity", "rotation", "constant"
-DISTORTIONS = ("stretch", "warp")
 SIGNIFICANT = 2.0
 """A margin counts as nonzero when it is at least this many standard errors from 0."""
 
@@ -59,9 +58,6 @@ class Estimate:
     def significant(self) -> bool:
         return abs(self.mean) >= SIGNIFICANT * self.se
 
-    def to_json(self) -> dict[str, float]:
-        return {"mean": self.mean, "se": self.se}
-
 
 def encoder_name(distortion: str, epsilon: float) -> str:
     return f"{distortion} {epsilon:g}"
@@ -75,7 +71,7 @@ def haar_rotation(n: int, seed: int) -> Tensor:
     return q * torch.sign(torch.diagonal(r)).unsqueeze(0)
 
 
-def encoders(process: dgp.Process, seed: int, distortions: Iterable[str], epsilons: Iterable[float],
+def encoders(process: dgp.Process, seed: int, distortions: Iterable[str], epsilons: Sequence[float],
              radius: float, project: Callable[[Tensor], Tensor]) -> dict[str, Encoder]:
     """The family of the module docstring for ``process``'s latents (on a sphere of ``radius``, put back
     by ``project``), identity first."""
@@ -97,12 +93,8 @@ def encoders(process: dgp.Process, seed: int, distortions: Iterable[str], epsilo
         return out
 
     family: dict[str, Encoder] = {IDENTITY: lambda z: z, ROTATION: lambda z: z @ rotation.T, CONSTANT: constant}
-    epsilons = list(epsilons)
-    for distortion in distortions:
-        make = stretched if distortion == "stretch" else warped
-        for eps in epsilons:
-            family[encoder_name(distortion, eps)] = make(eps)
-    return family
+    make = {"stretch": stretched, "warp": warped}
+    return family | {encoder_name(d, eps): make[d](eps) for d in distortions for eps in epsilons}
 
 
 def draws(process: dgp.Process, seed: int, batch_size: int, batches: int) -> Iterator[dgp.Batch]:

@@ -52,8 +52,8 @@ whose cores are busy with training runs, intra-op threads slow it down.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
 
 import torch
 from torch import Tensor
@@ -75,9 +75,6 @@ class ESS:
     min: float
     out_of: int
 
-    def to_json(self) -> dict[str, float]:
-        return {"mean": self.mean, "min": self.min, "out_of": self.out_of}
-
 
 @dataclass
 class RunCheck:
@@ -98,31 +95,15 @@ class RunCheck:
     loss_identity: Estimate
     margins: dict[str, Estimate]
     ratios: dict[str, Estimate | None] = field(default_factory=dict)
+    pooled_ratio: Estimate | None = None
+    """The ratios to the reference's margins pooled over the distorted encoders (:func:`pooled`)."""
     weights_ess: ESS | None = None
     sampler_ess: ESS | None = None
     sampler: str = ""
-    pooled_ratio: Estimate | None = None
-    """The ratios to the reference's margins pooled over the distorted encoders (:func:`pooled`)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "series": self.series,
-            "reference": self.reference,
-            "hardness": self.hardness,
-            "beta": self.beta,
-            "tilt_over_kappa": self.tilt_over_kappa,
-            "tau": self.tau,
-            "tau_rule": self.tau_rule,
-            "batch_size": self.batch_size,
-            "batches": self.batches,
-            "loss_identity": self.loss_identity.to_json(),
-            "margins": {k: v.to_json() for k, v in self.margins.items()},
-            "ratio_to_reference": {k: None if v is None else v.to_json() for k, v in self.ratios.items()},
-            "pooled_ratio": None if self.pooled_ratio is None else self.pooled_ratio.to_json(),
-            "weights_ess": None if self.weights_ess is None else self.weights_ess.to_json(),
-            "sampler_ess": None if self.sampler_ess is None else self.sampler_ess.to_json(),
-            "sampler": self.sampler,
-        }
+        """Every field but the label (``ratios`` as ``ratio_to_reference``), in field order."""
+        return {("ratio_to_reference" if k == "ratios" else k): v for k, v in asdict(self).items() if k != "label"}
 
 
 @dataclass
@@ -161,8 +142,7 @@ def weight_logits(loss: torch.nn.Module, h: Tensor, h_pos: Tensor, h_neg: Tensor
     """log w of each anchor's negatives ``(R, K)`` (-inf where excluded) and the number of negatives, for the
     ``hard_negative`` loss's importance weights w = exp(β l), l = sim/τ."""
     terms = loss.terms(h, h_pos, h_neg)
-    neg = terms.neg
-    log_w = torch.where(torch.isfinite(neg), loss.beta * neg, torch.full_like(neg, -torch.inf))
+    log_w = torch.where(torch.isfinite(terms.neg), loss.beta * terms.neg, torch.full_like(terms.neg, -torch.inf))
     return log_w, int(terms.n_neg)
 
 
@@ -191,33 +171,24 @@ def temperature(config: Mapping[str, Any], built: components.Components, series:
 # the check
 
 
-def _config(experiment: Experiment, label: str, scale: str) -> dict[str, Any]:
-    """The run's config with the identity mixing (the encoders read the latents)."""
-    config = copy.deepcopy(experiment.config(label, scale))
-    config["dgp"]["mixing"] = {"name": "identity"}
-    return config
-
-
-def build(experiment: Experiment, spec: Population, series_index: int, label: str, scale: str
-          ) -> tuple[dict[str, Any], components.Components, float, str]:
+def build(experiment: Experiment, series: PopulationSeries, label: str, scale: str
+          ) -> tuple[dict[str, Any], components.Components, str]:
     """Run ``label``'s config and components as the check uses them (identity mixing; the temperature of
-    its series' rule), with that τ and its rule."""
-    config = _config(experiment, label, scale)
+    its series' rule), with the rule that gave that τ."""
+    config = copy.deepcopy(experiment.config(label, scale))
+    config["dgp"]["mixing"] = {"name": "identity"}  # the encoders read the latents
     built = components.build(config)
-    tau, rule = temperature(config, built, spec.series[series_index])
+    tau, rule = temperature(config, built, series)
     if tau != float(built.loss.temperature.item()):
         config["loss"]["tau"] = tau
         built = components.build(config)
-    return config, built, tau, rule
+    return config, built, rule
 
 
-def check_run(
-    experiment: Experiment, spec: Population, series_index: int, label: str, scale: str
-) -> RunCheck:
+def check_run(experiment: Experiment, spec: Population, series: PopulationSeries, label: str, scale: str) -> RunCheck:
     """Margins L(φ) − L(id) of every encoder of :func:`identifiable_cl.reproduce.margins.encoders` for run
-    ``label`` (module docstring)."""
-    series = spec.series[series_index]
-    config, built, tau, rule = build(experiment, spec, series_index, label, scale)
+    ``label`` of ``series`` (module docstring)."""
+    config, built, rule = build(experiment, series, label, scale)
     process, loss = built.process, built.loss
     loss.eval()
     radius = _radius(config, process)
@@ -230,20 +201,15 @@ def check_run(
     n_neg: list[int] = []
     sampler: list[Any] = []
 
-    def with_sampler_ess(drawn: Iterable[dgp.Batch]) -> Iterator[dgp.Batch]:
-        for batch in drawn:
-            if where_hard == "dgp" and process.negatives.last_ess is not None:
-                sampler.append(process.negatives.last_ess)
-            yield batch
-
     def at_identity(h: Tensor, h_pos: Tensor, h_neg: Tensor | None) -> None:
+        if where_hard == "dgp" and process.negatives.last_ess is not None:  # the sampler's ESS of this batch
+            sampler.append(process.negatives.last_ess)
         if config["loss"]["name"] == "hard_negative":
             log_w, count = weight_logits(loss, h, h_pos, h_neg)
             weight_ess.append(kish_ess(log_w).reshape(-1))
             n_neg.append(count)
 
-    values = expected_losses(process, loss, family, with_sampler_ess(draws(process, spec.seed, batch_size, batches)),
-                             at_identity)
+    values = expected_losses(process, loss, family, draws(process, spec.seed, batch_size, batches), at_identity)
     kappa = _kappa(config, process)
     tau_now = float(loss.temperature.item())
     if kappa is None or where_hard == "none":
@@ -288,19 +254,19 @@ def run_check(experiment: Experiment, scale: str) -> PopulationCheck | None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small tensors: more intra-op threads only add synchronisation
     try:
-        for i, series in enumerate(spec.series):
+        for series in spec.series:
             for label in series.runs:
-                runs[label] = check_run(experiment, spec, i, label, scale)
+                runs[label] = check_run(experiment, spec, series, label, scale)
     finally:
         torch.set_num_threads(threads)
+    distorted = distortions(spec)
     for series in spec.series:
         reference = runs[series.reference]
-        for label in series.runs:
-            run = runs[label]
-            for name, margin in run.margins.items():
-                run.ratios[name] = None if name == ROTATION else ratio(margin, reference.margins[name])
+        for run in (runs[label] for label in series.runs):
+            run.ratios = {name: None if name == ROTATION else ratio(margin, reference.margins[name])
+                          for name, margin in run.margins.items()}
             if run is not reference:
-                run.pooled_ratio = pooled([r for name, r in run.ratios.items() if r is not None and name in distortions(spec)])
+                run.pooled_ratio = pooled([run.ratios[n] for n in distorted if run.ratios[n] is not None])
     names = tuple(next(iter(runs.values())).margins)
     return PopulationCheck(spec, scale, runs, names)
 
@@ -323,11 +289,8 @@ def _pm(e: Estimate, digits: int = 3) -> str:
 
 
 def _margin_cell(margin: Estimate, relative: Estimate | None, is_reference: bool) -> str:
-    if is_reference:
-        return _pm(margin) + " (ref.)"
-    if relative is not None:
-        return _pm(margin) + f" ({relative.mean:.2f}×)"
-    return _pm(margin)
+    note = " (ref.)" if is_reference else "" if relative is None else f" ({relative.mean:.2f}×)"
+    return _pm(margin) + note
 
 
 def _hardness_cell(run: RunCheck) -> str:
@@ -431,9 +394,8 @@ def _series_paragraph(check: PopulationCheck, series: PopulationSeries) -> str:
         words.append(PROSE["pooled"].format(reference=ref.label, count=len(names), ratios=", ".join(pooled_text)))
     elif len(members) > 1:
         words.append(PROSE["no_ratios"].format(reference=ref.label))
-    losing = {r.label: [f"{n} ({_pm(r.margins[n])})" for n in names
-                        if r.margins[n].mean < 0 and r.margins[n].significant()] for r in members}
-    losing = {k: v for k, v in losing.items() if v}
+    losing = {r.label: lost for r in members if (lost := [f"{n} ({_pm(r.margins[n])})" for n in names
+                                                           if r.margins[n].mean < 0 and r.margins[n].significant()])}
     if losing:
         words.append(PROSE["losing"].format(runs="; ".join(f"{k}: {', '.join(v)}" for k, v in losing.items())))
     flat = [r.label for r in members if not any(r.margins[n].significant() for n in names)]

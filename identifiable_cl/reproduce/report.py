@@ -53,6 +53,10 @@ class RunResults(RunSet):
         keys = {k for r in self.succeeded for k in r.summary}
         return {k: m for k in keys if (m := self.mean(k)) is not None}
 
+    def chance(self, metric: str) -> float | None:
+        """The mean over seeds of ``metric``'s chance reference (``plots.REFERENCES``); None without one."""
+        return self.mean(REFERENCES[metric]) if metric in REFERENCES else None
+
     def curves(self, metric: str) -> tuple[list[int], list[float], list[float]]:
         """Steps at which every successful seed evaluated ``metric``, with mean and std (0 for one seed)."""
         per_run = []
@@ -80,13 +84,8 @@ def _reference(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-def _override_text(overrides: Mapping[str, Any]) -> str:
-    return " ".join(f"--{k}={v}" for k, v in overrides.items())
-
-
-def _with_chance(reference: Any, metric: str, res: RunResults) -> str:
+def _with_chance(reference: Any, chance: float | None) -> str:
     """The reference cell of a metric, followed by its chance reference (mean over seeds) when it has one."""
-    chance = res.mean(REFERENCES[metric]) if metric in REFERENCES else None
     if chance is None:
         return _reference(reference)
     text = f"{REFERENCE_LABEL}: {chance:.3f}"
@@ -112,12 +111,12 @@ def table(experiment: Experiment, results: Mapping[str, RunResults], scale: str 
             if n == 0 and reference is None:
                 continue
             identity = res.mean(f"identity_{metric}")
-            cell = _with_chance(reference, metric, res)
-            if cell != _reference(reference):
+            chance = res.chance(metric)
+            if chance is not None:
                 chance_shown.add(metric)
             lines.append(
-                f"| {spec.label} | {metric} | {_cell(res.mean(metric), res.std(metric), n)} | {cell} "
-                f"| {'—' if identity is None else f'{identity:.3f}'} |"
+                f"| {spec.label} | {metric} | {_cell(res.mean(metric), res.std(metric), n)} | "
+                f"{_with_chance(reference, chance)} | {'—' if identity is None else f'{identity:.3f}'} |"
             )
         learned = [r.summary.get("lambda_learned") for r in res.succeeded if isinstance(r.summary.get("lambda_learned"), list)]
         if learned and "lambda_learned" in experiment.metrics:
@@ -140,10 +139,8 @@ def table(experiment: Experiment, results: Mapping[str, RunResults], scale: str 
 
 
 def verdict_table(verdicts: Sequence[Verdict]) -> str:
-    lines = ["| claim | verdict | numbers |", "|---|---|---|"]
-    for v in verdicts:
-        lines.append(f"| {v.claim.text} | **{v.state}** | {v.detail} |")
-    return "\n".join(lines)
+    rows = [f"| {v.claim.text} | **{v.state}** | {v.detail} |" for v in verdicts]
+    return "\n".join(["| claim | verdict | numbers |", "|---|---|---|", *rows])
 
 
 def machine() -> str:
@@ -176,14 +173,9 @@ def markdown(
     """The text of results.md; ``population``: the experiment's population check, when it has one;
     ``pending``: the planned runs left out because they have not finished (``--report-only``)."""
     parts = [
-        f"# {experiment.title}",
-        "",
-        f"Paper: {experiment.paper}",
-        "",
-        f"Scale **{scale}**, {'seed 0' if seeds == 1 else f'seeds 0–{seeds - 1}'}. Command: `{command}`",
-        "",
-        f"Machine: {machine()}. Wall time of this invocation: {wall_s:.0f} s.",
-        "",
+        f"# {experiment.title}", "", f"Paper: {experiment.paper}", "",
+        f"Scale **{scale}**, {'seed 0' if seeds == 1 else f'seeds 0–{seeds - 1}'}. Command: `{command}`", "",
+        f"Machine: {machine()}. Wall time of this invocation: {wall_s:.0f} s.", "",
     ]
     if scale == "tiny":
         parts += ["**Scale tiny checks the plumbing only** (a few steps, small samples): the verdicts below say "
@@ -191,14 +183,8 @@ def markdown(
     if experiment.notes:
         parts += [experiment.notes, ""]
     parts += [f"## Claims ({tally(verdicts)})", "", verdict_table(verdicts) if verdicts else "No claims at this scale.", ""]
-    parts += [
-        "## Results",
-        "",
-        f"Reference numbers: {experiment.reference_source}",
-        "",
-        table(experiment, results, scale),
-        "",
-    ]
+    parts += ["## Results", "", f"Reference numbers: {experiment.reference_source}", "",
+              table(experiment, results, scale), ""]
     if pending:
         parts += [f"Not finished when this report was written, so left out: {', '.join(pending)}.", ""]
     failed = [r for res in results.values() for r in res.failed]
@@ -211,7 +197,8 @@ def markdown(
         parts += [f"![{name}]({path.relative_to(out).as_posix()})" for name, path in figures.items()] + [""]
     parts += ["## Runs", "", "Each run's overrides at this scale (over the defaults of `identifiable_cl/config.py`):", ""]
     for spec in experiment.runs:
-        parts.append(f"- **{spec.label}** — {spec.description}: `{_override_text(experiment.overrides(spec.label, scale))}`")
+        overrides = " ".join(f"--{k}={v}" for k, v in experiment.overrides(spec.label, scale).items())
+        parts.append(f"- **{spec.label}** — {spec.description}: `{overrides}`")
     parts.append("")
     return "\n".join(parts)
 
@@ -230,7 +217,7 @@ def _curves_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults]):
             line = ax.plot(steps, means, marker="o", ms=3, label=metric)[0]
             ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                             color=line.get_color(), alpha=0.2)
-            chance = results[label].mean(REFERENCES[metric]) if metric in REFERENCES else None
+            chance = results[label].chance(metric)
             if chance is not None:
                 ax.axhline(chance, color="black", ls="--", lw=1.0, label=f"{REFERENCE_LABEL} ({metric})")
         ax.set(title=label, xlabel="training step")
@@ -251,19 +238,15 @@ def _against_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults], 
     for ax, metric in zip(axes, metrics):
         for series in spec["series"]:
             points = []
-            factor = series.get("scale", 1.0)
             for label in series["runs"]:
                 x = experiment.overrides(label, scale).get(series["x"])
-                x = x * factor if isinstance(x, (int, float)) else None
                 mean, std = results[label].mean(metric), results[label].std(metric)
                 if isinstance(x, (int, float)) and mean is not None:
-                    points.append((float(x), mean, std or 0.0))
+                    points.append((float(x * series.get("scale", 1.0)), mean, std or 0.0))
             if points:
-                points.sort()
-                xs, ys, es = zip(*points)
+                xs, ys, es = zip(*sorted(points))
                 bars = ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=series["label"])
-                chances = [c for label in series["runs"] if metric in REFERENCES
-                           and (c := results[label].mean(REFERENCES[metric])) is not None]
+                chances = [c for label in series["runs"] if (c := results[label].chance(metric)) is not None]
                 if chances:
                     ax.axhline(statistics.fmean(chances), color=bars.lines[0].get_color(), ls="--", lw=1.0,
                                label=f"{series['label']}: {REFERENCE_LABEL}")
@@ -285,10 +268,8 @@ def draw(experiment: Experiment, scale: str, results: Mapping[str, RunResults], 
         return {}
     paths = {}
     for spec in experiment.figures:
-        if spec["kind"] == "curves":
-            fig = _curves_figure(spec, results)
-        else:
-            fig = _against_figure(spec, results, experiment, scale)
+        curves = spec["kind"] == "curves"
+        fig = _curves_figure(spec, results) if curves else _against_figure(spec, results, experiment, scale)
         path = Path(out) / "figures" / f"{spec['name']}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)

@@ -82,8 +82,7 @@ def run_all(planned: Planned, workers: int, echo: Callable[[str], None], pack: i
     the seeds of one run label train together, up to ``pack`` per process (``icl sweep run --pack``)."""
     todo = [(spec, run) for _, spec, run in planned if not is_finished(run.folder)]
     groups: list[tuple[SweepSpec, list[PlannedRun]]] = []
-    specs = list({id(spec): spec for spec, _ in todo}.values())  # each sweep once, in plan order
-    for spec in specs:
+    for spec in {id(spec): spec for spec, _ in todo}.values():  # each sweep once, in plan order
         runs = [run for s, run in todo if s is spec]
         groups += [(spec, g) for g in (pack_groups(spec, runs, pack) if pack > 1 else [[r] for r in runs])]
     echo(f"{len(planned)} runs, {len(planned) - len(todo)} finished before, {len(todo)} to run, {workers} at a time"
@@ -126,12 +125,9 @@ def reproduce(
     while runs are still going or when a label was run over fewer seeds than another."""
     if scale not in SCALES:
         raise ValueError(f"--scale {scale!r}: allowed: {', '.join(SCALES)}")
-    if seeds < 1:
-        raise ValueError(f"--seeds {seeds}: must be >= 1")
-    if workers < 1:
-        raise ValueError(f"--workers {workers}: must be >= 1")
-    if pack < 1:
-        raise ValueError(f"--pack {pack}: must be >= 1")
+    for flag, value in (("seeds", seeds), ("workers", workers), ("pack", pack)):
+        if value < 1:
+            raise ValueError(f"--{flag} {value}: must be >= 1")
     experiment = load_experiment(name)
     if scale not in experiment.scale_names():
         raise ValueError(f"--scale {scale}: experiment {experiment.name} has the scales {', '.join(experiment.scale_names())}")
@@ -144,13 +140,9 @@ def reproduce(
     out = Path(out) if out is not None else Path(DEFAULT_OUT) / f"{experiment.name}-{scale}"
     pending: list[str] = []
     if report_only:
-        finished = []
-        for label, spec, run in plan(experiment, scale, seeds, out, runs, write=False):
-            if is_finished(run.folder):
-                finished.append((label, spec, run))
-            else:
-                pending.append(f"{label} seed {run.params['seed']}")
-        planned = finished
+        planned = plan(experiment, scale, seeds, out, runs, write=False)
+        pending = [f"{label} seed {run.params['seed']}" for label, _, run in planned if not is_finished(run.folder)]
+        planned = [(label, spec, run) for label, spec, run in planned if is_finished(run.folder)]
         if not planned:
             raise ValueError(f"--report-only: no finished run of {experiment.name} at scale {scale} in {out / SWEEPS}; "
                              "run without --report-only first")

@@ -108,8 +108,8 @@ def decode(spec: SweepSpec, config: Mapping[str, Mapping[str, Any]]) -> dict[str
         value = _plain(config[name]["value"])
         if name in tokens and isinstance(value, str) and value.startswith("v") and value[1:].isdigit():
             value = tokens[name][int(value[1:])]
-        elif kinds.get(name) in ("int_uniform", "q_uniform") and isinstance(value, float) and value.is_integer():
-            value = int(value) if kinds[name] == "int_uniform" else value
+        elif kinds.get(name) == "int_uniform" and isinstance(value, float) and value.is_integer():
+            value = int(value)
         params[name] = value
     return params
 

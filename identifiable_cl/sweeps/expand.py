@@ -64,17 +64,9 @@ def grid(parameters: tuple[Parameter, ...]) -> Iterator[dict[str, Any]]:
     """All grid points in W&B's order, without repeats."""
     constants = {p.name: p.spec["value"] for p in parameters if p.kind == "constant"}
     varying = [p for p in parameters if p.kind != "constant"]
-    lookup = []
-    for p in varying:
-        values = grid_values(p)
-        ids = [value_identity(v) for v in values]
-        lookup.append((ids, dict(zip(ids, values))))
-    seen: set[tuple[str, ...]] = set()
-    for point in itertools.product(*(ids for ids, _ in lookup)):
-        if point in seen:
-            continue
-        seen.add(point)
-        chosen = {p.name: table[i] for p, (_, table), i in zip(varying, lookup, point)}
+    tables = [{value_identity(v): v for v in grid_values(p)} for p in varying]  # equal values: the last spelling
+    for point in itertools.product(*tables):
+        chosen = {p.name: table[i] for p, table, i in zip(varying, tables, point)}
         yield {p.name: constants[p.name] if p.name in constants else chosen[p.name] for p in parameters}
 
 
@@ -96,26 +88,24 @@ def inverse_cdf(p: Parameter, u: float) -> Any:
         return s["values"][int(np.argmin(u >= cdf))]
     if kind == "int_uniform":
         return int(stats.randint.ppf(u, s["min"], s["max"] + 1))
-    if kind in ("uniform", "q_uniform"):
-        value = stats.uniform.ppf(u, s["min"], s["max"] - s["min"])
-        return value if kind == "uniform" else _quantize(value, s["q"])
-    if kind in ("log_uniform", "q_log_uniform", "log_uniform_values", "q_log_uniform_values"):
-        low, high = (np.log(s["min"]), np.log(s["max"])) if kind.endswith("_values") else (s["min"], s["max"])
-        value = np.exp(stats.uniform.ppf(u, low, high - low))
-        return _quantize(value, s["q"]) if kind.startswith("q_") else value
     if kind in ("inv_log_uniform", "inv_log_uniform_values"):
         low, high = (-np.log(s["max"]), -np.log(s["min"])) if kind.endswith("_values") else (s["min"], s["max"])
         return np.exp(-stats.uniform.ppf(1 - u, low, high - low))
-    if kind in ("normal", "q_normal"):
+    base = kind.removeprefix("q_")  # a q_ distribution is its base one, rounded to a multiple of q
+    if base == "uniform":
+        value = stats.uniform.ppf(u, s["min"], s["max"] - s["min"])
+    elif base in ("log_uniform", "log_uniform_values"):
+        low, high = (np.log(s["min"]), np.log(s["max"])) if base.endswith("_values") else (s["min"], s["max"])
+        value = np.exp(stats.uniform.ppf(u, low, high - low))
+    elif base == "normal":
         value = stats.norm.ppf(u, loc=s["mu"], scale=s["sigma"])
-        return value if kind == "normal" else _quantize(value, s["q"])
-    if kind in ("log_normal", "q_log_normal"):
+    elif base == "log_normal":
         value = stats.lognorm.ppf(u, s=s["sigma"], scale=np.exp(s["mu"]))
-        return value if kind == "log_normal" else _quantize(value, s["q"])
-    if kind in ("beta", "q_beta"):
+    elif base == "beta":
         value = stats.beta.ppf(u, a=s["a"], b=s["b"])
-        return value if kind == "beta" else _quantize(value, s["q"])
-    raise ValueError(f"parameters.{p.name}: distribution {kind!r} cannot be sampled")
+    else:
+        raise ValueError(f"parameters.{p.name}: distribution {kind!r} cannot be sampled")
+    return _quantize(value, s["q"]) if kind.startswith("q_") else value
 
 
 def random_points(parameters: tuple[Parameter, ...], seed: int) -> Iterator[dict[str, Any]]:

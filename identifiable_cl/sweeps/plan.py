@@ -44,17 +44,18 @@ def rendered_train_arguments(spec: SweepSpec, params: Mapping[str, Any]) -> tupl
     """The config file and the overrides one run's ``icl train`` receives: the sweep's command
     rendered for ``params`` as a W&B agent renders it, then read as ``icl train`` reads it."""
     words = arguments.after_train(render_command(spec.command, params, program=spec.program, environ={}))
-    if words is None:
-        return None, render_args(params)
-    options, overrides = arguments.split(words)
-    return arguments.config_file(options), overrides
+    return _config_and_overrides(words, render_args(params))
 
 
 def train_arguments(command: list[Any]) -> tuple[str | None, list[str]]:
     """The config file and fixed overrides that follow ``train`` in a sweep command (no parameters)."""
-    words = arguments.after_train([w for w in map(str, command) if not w.startswith("${")])
+    return _config_and_overrides(arguments.after_train([w for w in map(str, command) if not w.startswith("${")]), [])
+
+
+def _config_and_overrides(words: list[str] | None, otherwise: list[str]) -> tuple[str | None, list[str]]:
+    """The config file and overrides of the words after ``train``; ``(None, otherwise)`` without ``train``."""
     if words is None:
-        return None, []
+        return None, otherwise
     options, overrides = arguments.split(words)
     return arguments.config_file(options), overrides
 

@@ -45,11 +45,6 @@ def is_integer(v: Any) -> bool:
     return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
 
 
-def is_float(v: Any) -> bool:
-    """A number with the ``float`` format: a Python float."""
-    return isinstance(v, float)
-
-
 def is_int(v: Any) -> bool:
     """An ``integer`` with the ``integer`` format: a Python int."""
     return isinstance(v, int) and not isinstance(v, bool)
@@ -87,17 +82,13 @@ class Form:
     extra: Callable[[Mapping[str, Any]], bool] = lambda config: True
 
     def matches(self, config: Mapping[str, Any]) -> bool:
-        if "distribution" in config and config["distribution"] != self.distribution:
-            return False
-        if not self.default_distribution and "distribution" not in config:
-            return False
-        if any(key not in config for key in self.required):
-            return False
-        if any(key != "distribution" and key not in self.checks for key in config):
-            return False
-        return all(self.checks[key](value) for key, value in config.items() if key != "distribution") and self.extra(
-            config
-        )
+        """The distribution is this one's (or left out, where allowed), every required key is present, and every
+        other key is allowed and valid."""
+        given = config.get("distribution", self.distribution if self.default_distribution else None)
+        return (given == self.distribution and all(key in config for key in self.required)
+                and all(key in self.checks and self.checks[key](value) for key, value in config.items()
+                        if key != "distribution")
+                and self.extra(config))
 
     def fill(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return {"distribution": self.distribution, **self.defaults, **config}
@@ -105,7 +96,7 @@ class Form:
 
 def _uniform_typed(config: Mapping[str, Any]) -> bool:
     """W&B's four ``uniform`` variants: with ``distribution`` given, or with a float min or max."""
-    return "distribution" in config or is_float(config["min"]) or is_float(config["max"])
+    return "distribution" in config or isinstance(config["min"], float) or isinstance(config["max"], float)
 
 
 _Q = {"q": positive}
@@ -211,9 +202,8 @@ def _parameter_value_violations(parameters: Mapping[str, Any]) -> list[str]:
 def _metric_violations(metric: Any, where: str) -> list[str]:
     if not isinstance(metric, Mapping):
         return [f"{where}: expected a mapping with a 'name', got {metric!r}"]
-    out = []
     allowed = {"name", "goal", "target", "impute", "impute_while_running"}
-    out += [f"{where}.{k}: unknown key; allowed: {', '.join(sorted(allowed))}" for k in metric if k not in allowed]
+    out = [f"{where}.{k}: unknown key; allowed: {', '.join(sorted(allowed))}" for k in metric if k not in allowed]
     if not isinstance(metric.get("name"), str):
         out.append(f"{where}.name: required, a string (the summary metric to optimise)")
     for key, options in (("goal", GOALS), ("impute", IMPUTES), ("impute_while_running", IMPUTES_WHILE_RUNNING)):
@@ -269,21 +259,12 @@ TOP_LEVEL: dict[str, Callable[[Any], bool]] = {
     "apiVersion": _string,
     "kind": lambda v: v == "sweep",
     "controller": lambda v: isinstance(v, Mapping) and v.get("type") in ("local", "cloud"),
-    "description": _string,
-    "program": _string,
-    "job": _string,
-    "image_uri": _string,
-    "entity": _string,
-    "project": _string,
+    **dict.fromkeys(("description", "program", "job", "image_uri", "entity", "project"), _string),
     "method": lambda v: v in METHODS,
     "command": lambda v: isinstance(v, list),
     "name": _string,
     "run_cap": lambda v: is_integer(v) and v > 0,
-    "metric": anything,
-    "metrics": anything,
-    "scheduler": anything,
-    "early_terminate": anything,
-    "parameters": anything,
+    **dict.fromkeys(("metric", "metrics", "scheduler", "early_terminate", "parameters"), anything),
 }
 """Top-level keys of a sweep file and their basic types (structured ones are checked separately)."""
 

@@ -23,17 +23,8 @@ from identifiable_cl.sweeps import schema
 DEFAULT_COMMAND = ("${env}", "${interpreter}", "${program}", "${args}")
 """What a W&B agent runs when the file has no ``command``."""
 MACROS = (
-    "env",
-    "interpreter",
-    "program",
-    "args",
-    "args_no_equals",
-    "args_no_hyphens",
-    "args_no_boolean_flags",
-    "args_json",
-    "args_json_file",
-    "args_append_hydra",
-    "args_override_hydra",
+    "env", "interpreter", "program", "args", "args_no_equals", "args_no_hyphens", "args_no_boolean_flags", "args_json",
+    "args_json_file", "args_append_hydra", "args_override_hydra",
 )
 """The ``${...}`` entries a W&B agent replaces in ``command`` (besides ``${envvar:NAME}`` inside an entry)."""
 LOCAL_METHODS = ("grid", "random", "bayes")
@@ -121,23 +112,21 @@ def parse_sweep(raw: Any, source: str = "<sweep>") -> SweepSpec:
         if not is_config_key(name):
             problems.append(f"{where}: not an `icl train` config key{suggest(name)}")
         parameters.append(Parameter(name, kind, spec))
-    command = raw.get("command") or DEFAULT_COMMAND
-    for i, entry in enumerate(command):
-        macro = re.fullmatch(r"\$\{(.*)\}", str(entry))
-        if macro and macro.group(1) not in MACROS and not macro.group(1).startswith("envvar:"):
-            problems.append(f"command[{i}]: {entry!r} is not a W&B macro; known: {', '.join('${' + m + '}' for m in MACROS)}")
-    if "train" in [str(c) for c in command]:
+    command = [str(c) for c in raw.get("command") or DEFAULT_COMMAND]
+    macros = [(i, entry, m.group(1)) for i, entry in enumerate(command) if (m := re.fullmatch(r"\$\{(.*)\}", entry))]
+    known = ", ".join("${" + m + "}" for m in MACROS)
+    problems += [f"command[{i}]: {entry!r} is not a W&B macro; known: {known}"
+                 for i, entry, name in macros if name not in MACROS and not name.startswith("envvar:")]
+    if "train" in command:
         from identifiable_cl.arguments import UNREADABLE_MACROS
 
-        for i, entry in enumerate(command):
-            macro = re.fullmatch(r"\$\{(.*)\}", str(entry))
-            if macro and macro.group(1) in UNREADABLE_MACROS:
-                problems.append(
-                    f"command[{i}]: `icl train` cannot read {entry}: {UNREADABLE_MACROS[macro.group(1)]}; use "
-                    "${args} (--key=value), ${args_no_hyphens}, ${args_no_equals} or the Hydra forms "
-                    "${args_append_hydra} / ${args_override_hydra}"
-                )
-    if "${program}" in [str(c) for c in command] and not raw.get("program"):
+        problems += [
+            f"command[{i}]: `icl train` cannot read {entry}: {UNREADABLE_MACROS[name]}; use "
+            "${args} (--key=value), ${args_no_hyphens}, ${args_no_equals} or the Hydra forms "
+            "${args_append_hydra} / ${args_override_hydra}"
+            for i, entry, name in macros if name in UNREADABLE_MACROS
+        ]
+    if "${program}" in command and not raw.get("program"):
         problems.append("program: the command uses ${program} but the file names no program")
     if problems:
         fail(source, problems)
@@ -150,12 +139,8 @@ def local_problems(spec: SweepSpec) -> list[str]:
     if spec.method not in LOCAL_METHODS:
         problems.append(f"method: {spec.method!r} needs a W&B server; {SERVER_HINT}. Locally: grid, random or bayes")
     if spec.method == "grid":
-        for p in spec.parameters:
-            if p.kind not in GRID_KINDS:
-                problems.append(
-                    f"parameters.{p.name}: distribution {p.kind!r} cannot be used with method grid; "
-                    f"grid allows {', '.join(GRID_KINDS)}"
-                )
+        problems += [f"parameters.{p.name}: distribution {p.kind!r} cannot be used with method grid; "
+                     f"grid allows {', '.join(GRID_KINDS)}" for p in spec.parameters if p.kind not in GRID_KINDS]
     return problems
 
 

@@ -95,9 +95,7 @@ def init_arguments(config: Mapping[str, Any], run_dir: Path, environ: Mapping[st
             fallback = {"project": defaults["project"], "name": Path(run_dir).name}.get(key)
             if fallback:
                 kwargs[key] = fallback
-    kwargs["mode"] = resolve_mode(section.get("mode"), environ)
-    kwargs["dir"] = str(run_dir)
-    kwargs["config"] = flat_keys(config)
+    kwargs.update(mode=resolve_mode(section.get("mode"), environ), dir=str(run_dir), config=flat_keys(config))
     if not section.get("verbose", defaults["verbose"]):
         kwargs["settings"] = dict(QUIET_SETTINGS)
     return kwargs

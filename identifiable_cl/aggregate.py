@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-
 from identifiable_cl.config import flat_keys, read_yaml_mapping
 from identifiable_cl.rundir import CONFIG, DGP, STOPPED, SUMMARY, is_run_dir, read_json
-from identifiable_cl.sweeps.local import LOG, RUN, STATUS, RunFolder, read_status, stopped_by_signal
+from identifiable_cl.sweeps.local import LOG, RUN, STATUS, RunFolder, lost, read_status, stopped_by_signal
 
 DEFAULT_METRICS = (
     "r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "mcc_block_aware", "mcc_block_aware_random_rotation",
@@ -68,12 +67,9 @@ class RunSet:
 
     def metric_values(self, metric: str) -> list[float]:
         """The finite numeric values of ``metric`` over the successful runs."""
-        out = []
-        for run in self.succeeded:
-            value = run.summary.get(metric)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                out.append(float(value))
-        return out
+        values = [run.summary.get(metric) for run in self.succeeded]
+        return [float(v) for v in values
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
 
     def stats(self, metric: str) -> tuple[float | None, float | None, int]:
         """Mean, sample std (None below two values) and count of a metric over the successful runs."""
@@ -90,7 +86,6 @@ class Group(RunSet):
     key: tuple[str, ...]
     values: dict[str, Any]
     runs: list[Run] = field(default_factory=list)
-
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -123,6 +118,9 @@ def sweep_run(folder: Path) -> Run:
     code = status.get("exit_code")
     if status.get("state") == "stopped":
         problem = f"stopped early by {status.get('stopped_by', 'the sweep')}, log {folder / LOG}"
+    elif lost(status):
+        problem = (f"lost: its runner stopped reporting (last heartbeat {status['heartbeat']}); running the sweep "
+                   f"again continues it, log {folder / LOG}")
     elif code is None:
         problem = f"{status.get('state', 'not started')} (no exit code), log {folder / LOG}"
     elif stopped_by_signal(status.get("state"), code):
@@ -178,8 +176,7 @@ def default_group_keys(runs: Sequence[Run]) -> list[str]:
     """The swept keys (or, without any, the config keys that vary), without ``seed``, where values differ."""
     swept = list(dict.fromkeys(k for r in runs for k in r.swept))
     candidates = swept or list(dict.fromkeys(k for r in runs for k in r.params))
-    varying = [k for k in candidates if len({_text(r.params.get(k)) for r in runs}) > 1]
-    return [k for k in varying if k != SEED]
+    return [k for k in candidates if k != SEED and len({_text(r.params.get(k)) for r in runs}) > 1]
 
 
 def _text(value: Any) -> str:
@@ -201,10 +198,11 @@ def default_metrics(runs: Sequence[Run]) -> list[str]:
     return [m for m in DEFAULT_METRICS if m in present]
 
 
-def _cell(mean: float | None, std: float | None) -> str:
+def _cell(mean: float | None, std: float | None, missing: str = "—", pm: str = "±") -> str:
+    """``mean ± std`` to three decimals (``mean`` alone without a std, ``missing`` without a mean)."""
     if mean is None:
-        return "—"
-    return f"{mean:.3f} ± {std:.3f}" if std is not None else f"{mean:.3f}"
+        return missing
+    return f"{mean:.3f} {pm} {std:.3f}" if std is not None else f"{mean:.3f}"
 
 
 def format_md(groups: Sequence[Group], keys: Sequence[str], metrics: Sequence[str]) -> str:
@@ -234,19 +232,17 @@ def format_csv(groups: Sequence[Group], keys: Sequence[str], metrics: Sequence[s
 
 
 def format_json(groups: Sequence[Group], keys: Sequence[str], metrics: Sequence[str]) -> str:
-    rows = []
-    for g in groups:
-        stats = {m: dict(zip(("mean", "std", "n"), g.stats(m))) for m in metrics}
-        rows.append(
-            {
-                "group": g.values,
-                "metrics": stats,
-                "n": len(g.succeeded),
-                "failed": len(g.failed),
-                "failed_runs": [{"path": str(r.path), "problem": r.problem} for r in g.failed],
-                "seeds": [r.params.get(SEED) for r in g.succeeded],
-            }
-        )
+    rows = [
+        {
+            "group": g.values,
+            "metrics": {m: dict(zip(("mean", "std", "n"), g.stats(m))) for m in metrics},
+            "n": len(g.succeeded),
+            "failed": len(g.failed),
+            "failed_runs": [{"path": str(r.path), "problem": r.problem} for r in g.failed],
+            "seeds": [r.params.get(SEED) for r in g.succeeded],
+        }
+        for g in groups
+    ]
     return json.dumps(rows, indent=2)
 
 
@@ -262,12 +258,6 @@ def latex_escape(text: str) -> str:
     return "".join(LATEX_SPECIAL.get(char, char) for char in str(text))
 
 
-def _latex_cell(mean: float | None, std: float | None) -> str:
-    if mean is None:
-        return "---"
-    return f"{mean:.3f} $\\pm$ {std:.3f}" if std is not None else f"{mean:.3f}"
-
-
 def format_latex(groups: Sequence[Group], keys: Sequence[str], metrics: Sequence[str]) -> str:
     """A booktabs ``tabular`` (needs ``\\usepackage{booktabs}``): one row per group, ``mean $\\pm$ std`` cells;
     failed runs are listed after it as LaTeX comments."""
@@ -279,7 +269,7 @@ def format_latex(groups: Sequence[Group], keys: Sequence[str], metrics: Sequence
         "\\midrule",
     ]
     for g in groups:
-        cells = [*(latex_escape(k) for k in g.key), *(_latex_cell(*g.stats(m)[:2]) for m in metrics),
+        cells = [*(latex_escape(k) for k in g.key), *(_cell(*g.stats(m)[:2], "---", "$\\pm$") for m in metrics),
                  str(len(g.succeeded)), str(len(g.failed))]
         lines.append(" & ".join(cells) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}"]

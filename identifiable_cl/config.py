@@ -126,6 +126,8 @@ SCHEMA: dict[str, Leaf | Section] = {
                             "(worth it on GPUs and CPUs with AMX/AVX512-BF16 units only)", choices=("fp32", "bf16")),
     "train.matmul": Leaf("auto", "str", "how the encoder's float32 CPU matrix products run: blas (torch's own), "
                          "onednn, or auto (onednn on AMD CPUs with AVX-512, blas elsewhere)", choices=MATMUL_BACKENDS),
+    "train.figures": Leaf(True, "bool", "draw the run's figures once it has finished (PNG in its folder, and to W&B); "
+                          "`icl plot RUN_DIR` draws them later"),
     "train.loss_limit": Leaf(1e6, "float?", "stop when |loss| exceeds this (divergence); null: only NaN/inf stop",
                              above=0),
     "eval.n_fit": Leaf(4096, "int", "fit samples of the periodic held-out evaluation", minimum=2),
@@ -166,17 +168,21 @@ reference one (``encoder.widths: null``) so that it trains in minutes.
 LEAVES: dict[str, Leaf] = {k: v for k, v in SCHEMA.items() if isinstance(v, Leaf)}
 COMPONENT_SECTIONS = tuple(k for k, v in SCHEMA.items() if isinstance(v, Section))
 """Sections that name a registered component: their other keys are that component's options."""
-PRECISIONS = LEAVES["train.precision"].choices
+
+
+def set_default(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set the ``dotted`` key of a nested config to ``value`` unless it is there already."""
+    *parents, last = dotted.split(".")
+    node = tree
+    for part in parents:
+        node = node.setdefault(part, {})
+    node.setdefault(last, value)
 
 
 def _tree(schema: Mapping[str, Leaf | Section]) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for key, entry in schema.items():
-        *parents, last = key.split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = copy.deepcopy(entry.default)
+        set_default(tree, key, copy.deepcopy(entry.default))
     return tree
 
 
@@ -219,13 +225,11 @@ def key_listing(components: bool = False) -> str:
     import identifiable_cl.losses  # noqa: F401
     from dgp.registry import REGISTRIES, option_docs, option_parameters
 
-    def kind_text(kind: str) -> str:
-        return kind[:-1] + " | null" if kind.endswith("?") else kind
-
     rows = [("KEY", "TYPE", "DEFAULT", "ALLOWED", "DESCRIPTION")]
     for key, entry in SCHEMA.items():
         if isinstance(entry, Leaf):
-            rows.append((key, kind_text(entry.kind), yaml_text(entry.default), entry.describe(), entry.doc))
+            kind = entry.kind[:-1] + " | null" if entry.kind.endswith("?") else entry.kind
+            rows.append((key, kind, yaml_text(entry.default), entry.describe(), entry.doc))
             continue
         default = dict(entry.default)
         registry = REGISTRIES.get(entry.registry)
@@ -248,11 +252,8 @@ def key_listing(components: bool = False) -> str:
             if option != "name" and option not in params:
                 rows.append((f"  {key}.{option}", "", yaml_text(default[option]), f"option of {default['name']}", ""))
     widths = [min(max(len(row[i]) for row in rows), cap) for i, cap in enumerate((34, 16, 18, 30))]
-    lines = []
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths)]
-        lines.append(("  " + "  ".join(cells) + "  " + row[-1]).rstrip())
-    return "\n".join(lines)
+    cells = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in rows]
+    return "\n".join(f"  {line}  {row[-1]}".rstrip() for line, row in zip(cells, rows))
 
 
 OVERRIDE = re.compile(r"(?:--?|\+\+?)?([A-Za-z_][\w.\-]*)=(.*)", flags=re.S)
@@ -326,16 +327,16 @@ def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat_keys(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The config as ``{"dotted.key": value}`` (how sweeps and tables name parameters)."""
     out: dict[str, Any] = {}
-    for key, value in tree.items():
+    for key, value in config.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping) and value:
-            out.update(_flatten(value, path + "."))
+            out.update(flat_keys(value, path + "."))
         else:
             out[path] = value
     return out
-
 
 
 def drops_options(key: str, old: Any, new: Any) -> str | None:
@@ -355,7 +356,7 @@ def merge_layer(config: dict[str, Any], layer: Mapping[str, Any], source: str) -
     flat: dict[str, Any] = {}
     for key, value in layer.items():
         if isinstance(value, Mapping) and (key in _SECTIONS or _component_prefix(key)):
-            flat.update(_flatten({key: value}) if value else {key: value})
+            flat.update(flat_keys({key: value}) if value else {key: value})
         else:
             flat[key] = value
     # a component given as a bare string means {"name": string}
@@ -373,13 +374,11 @@ def merge_layer(config: dict[str, Any], layer: Mapping[str, Any], source: str) -
     for key, value in flat.items():
         section = _component_prefix(key)
         if section is None and key not in LEAVES:
-            hint = suggest(key)
-            fail(key, value, f"unknown config key (from {source}){hint}")
+            fail(key, value, f"unknown config key (from {source}){suggest(key)}")
         if key in COMPONENT_SECTIONS:
             if not isinstance(value, Mapping):
                 fail(key, value, f"a mapping with a 'name' entry (from {source})")
-            _set(merged, key, dict(value))
-            continue
+            value = dict(value)
         _set(merged, key, value)
     return merged
 
@@ -438,20 +437,6 @@ def read_yaml_mapping(path: Path, what: str = "config file") -> Mapping[str, Any
     if not isinstance(layer, Mapping):
         raise ValueError(f"{what} {str(path)!r} must hold a mapping, not {type(layer).__name__}")
     return layer
-
-
-def set_default(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set the ``dotted`` key of a nested config to ``value`` unless it is there already."""
-    parts = dotted.split(".")
-    node = tree
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node.setdefault(parts[-1], value)
-
-
-def flat_keys(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config as ``{"dotted.key": value}`` (how sweeps and tables name parameters)."""
-    return _flatten(config)
 
 
 def dump(config: Mapping[str, Any]) -> str:

@@ -30,27 +30,22 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 import torch
-import yaml
 
 import identifiable_cl
 from dgp.files import load_tensors
-from identifiable_cl.config import read_yaml_mapping
+from identifiable_cl.config import dump, read_yaml_mapping
 from identifiable_cl.migration import SCHEMA_VERSION
 
-CONFIG, META, DGP, CHECKPOINT, METRICS, SUMMARY, READOUT = (
-    "config.yaml",
-    "meta.json",
-    "dgp.pt",
-    "checkpoint.pt",
-    "metrics.jsonl",
-    "summary.json",
-    "readout.npz",
-)
+CONFIG, META, DGP, CHECKPOINT = "config.yaml", "meta.json", "dgp.pt", "checkpoint.pt"
+METRICS, SUMMARY, READOUT = "metrics.jsonl", "summary.json", "readout.npz"
 STOPPED = "stopped.json"
 """Written when the loss diverged: reason, step range and the step of the checkpoint kept."""
 EVALUATION = "evaluation.json"
 """Written by ``icl evaluate``: the saved encoder re-evaluated at the final sample sizes."""
 TMP_SUFFIX = ".tmp"
+IDENTITY_CACHE = "ICL_IDENTITY_CACHE"
+"""Environment variable: a folder where runs share their identity baselines, one ``identity-<key>.json`` per
+process and evaluation (the local runner sets it to the sweep's ``.identity`` folder)."""
 
 
 def _umask() -> int:
@@ -147,7 +142,7 @@ def load_torch(path: Path) -> Any:
 
 
 def write_config(run_dir: Path, config: Mapping[str, Any]) -> None:
-    write_text(run_dir / CONFIG, yaml.safe_dump(dict(config), sort_keys=False))
+    write_text(run_dir / CONFIG, dump(config))
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:

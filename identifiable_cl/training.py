@@ -15,7 +15,11 @@ uninterrupted one).
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 import math
+import os
 import sys
 import threading
 import time
@@ -193,6 +197,50 @@ def draw_figures_if_possible(run_dir: Path) -> dict[str, Path]:
         return {}
 
 
+_IDENTITIES: dict[str, dict[str, Any]] = {}
+
+
+def identity_key(c: Components) -> str:
+    """A hash of what the identity baseline depends on: the process, the root seed (its random stream), the
+    final evaluation's settings, the device type and the version."""
+    e = c.config["eval"]
+    what = {"process": c.process.fingerprint(), "seed": c.config["seed"], "eval": eval_arguments(e, final=True),
+            "in_sample_n": e["in_sample_n"], "device": c.device.type, "version": __version__}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def measure_identity(c: Components) -> dict[str, Any]:
+    """The metrics of the identity encoder h = g(z) (the observations themselves) at the final evaluation's
+    sizes, and its in-sample scores as ``identity_*_in_sample``."""
+    generator = c.process.make_generator(stream_seed(c.config["seed"], "eval.identity"))
+    base = identity_baseline(c.process, generator, **eval_arguments(c.config["eval"], final=True),
+                             rotation_reference=False)
+    scored = in_sample_metrics(lambda x: x, c, "eval.identity.in_sample")
+    base.update({f"identity_{k}": v for k, v in scored.items()})
+    return reported(base)
+
+
+def shared_identity(c: Components) -> dict[str, Any]:
+    """:func:`measure_identity`, measured once per :func:`identity_key` in this process and, with
+    :data:`identifiable_cl.rundir.IDENTITY_CACHE` set, once for every run that shares that folder (a damaged
+    file is measured again)."""
+    key = identity_key(c)
+    if key not in _IDENTITIES:
+        folder = os.environ.get(rundir.IDENTITY_CACHE)
+        path = Path(folder) / f"identity-{key}.json" if folder else None
+        try:
+            found = rundir.read_json(path, missing_ok=True) if path else None
+        except ValueError:
+            found = None
+        if found is None:
+            found = measure_identity(c)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                rundir.write_json(path, found)
+        _IDENTITIES[key] = found
+    return copy.deepcopy(_IDENTITIES[key])
+
+
 class Progress:
     """A run's progress since it began or resumed: the step it started from, when, and the latest
     evaluation; and its display. ``mode``: True, a tqdm bar; None, the bar on a terminal, else one
@@ -305,22 +353,16 @@ class Trainer:
                                     self.wandb_name if shared else None)
 
     def close(self, summary: dict[str, Any] | None) -> None:
-        """Log the figures of a finished run and finish its tracker (``None``: the run failed)."""
-        if summary is not None:
+        """Log the figures of a finished run (``train.figures``) and finish its tracker (``None``: the run failed)."""
+        if summary is not None and self.c.config["train"]["figures"]:
             self.tracker.log_figures(self.c.step, draw_figures_if_possible(self.run_dir))
         self.tracker.finish(summary)
 
     def identity(self) -> dict[str, Any]:
         """The identity baseline g(z) at the final evaluation's sizes (measured once, kept in the checkpoint)."""
-        c = self.c
-        if "identity" not in c.extra:
-            generator = c.process.make_generator(stream_seed(c.config["seed"], "eval.identity"))
-            base = identity_baseline(c.process, generator, **eval_arguments(c.config["eval"], final=True),
-                                     rotation_reference=False)
-            scored = in_sample_metrics(lambda x: x, c, "eval.identity.in_sample")
-            base.update({f"identity_{k}": v for k, v in scored.items()})
-            c.extra["identity"] = reported(base)
-        return c.extra["identity"]
+        if "identity" not in self.c.extra:
+            self.c.extra["identity"] = shared_identity(self.c)
+        return self.c.extra["identity"]
 
     @property
     def done(self) -> bool:

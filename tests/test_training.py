@@ -142,3 +142,37 @@ def test_periodic_and_final_evaluations_use_their_own_centres(tmp_path, evaluati
     assert ("evaluate", 256, 30) in seen and seen.count(("evaluate", 512, 60)) == 1
     assert ("identity_baseline", 512, 60) in seen
     assert "r2_nonlinear" in summary
+
+
+def test_runs_of_one_process_and_evaluation_measure_the_identity_baseline_once(tmp_path, tiny, monkeypatch):
+    from identifiable_cl import training
+
+    calls = []
+    measure = training.measure_identity
+    monkeypatch.setattr(training, "measure_identity", lambda c: calls.append(c.config["seed"]) or measure(c))
+    monkeypatch.setenv(rundir.IDENTITY_CACHE, str(tmp_path / "shared"))
+
+    def train(name, **overrides):
+        monkeypatch.setattr(training, "_IDENTITIES", {})  # as if each run were its own process
+        summary = Trainer.create(load_config(None, {**tiny, **overrides}), tmp_path / name, progress=False).run()
+        return {k: v for k, v in summary.items() if k.startswith("identity_")}
+
+    first = train("a", seed=2)
+    assert train("b", seed=2, **{"loss.tau": 0.3}) == first  # same process and evaluation: read, not measured
+    assert train("c", seed=3) != first
+    assert calls == [2, 3] and len(list((tmp_path / "shared").iterdir())) == 2
+    (damaged,) = [p for p in (tmp_path / "shared").iterdir() if json.loads(p.read_text()) == first]
+    damaged.write_text("{")
+    assert train("d", seed=2) == first and calls == [2, 3, 2]
+    monkeypatch.delenv(rundir.IDENTITY_CACHE)
+    assert train("e", seed=2) == first and calls == [2, 3, 2, 2]  # measured alone, the same numbers
+
+
+def test_train_figures_false_draws_none(tmp_path, tiny):
+    pytest.importorskip("matplotlib")
+    drawn = Trainer.create(load_config(None, tiny), tmp_path / "drawn", progress=False)
+    drawn.run()
+    bare = Trainer.create(load_config(None, {**tiny, "train.figures": False}), tmp_path / "bare", progress=False)
+    bare.run()
+    assert list((tmp_path / "drawn").rglob("*.png")) and not list((tmp_path / "bare").rglob("*.png"))
+    assert (tmp_path / "bare" / rundir.SUMMARY).is_file()

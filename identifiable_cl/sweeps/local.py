@@ -16,15 +16,17 @@ interpreter (:func:`this_interpreter`), so no run depends on its ``PATH``. The f
 
     params.yaml   the run's parameters (W&B's config-file format)
     stdout.log    everything the run printed
-    status.json   state (running, finished, failed), exit_code, command, device, times
+    status.json   state (running, finished, failed), exit_code, command, device, times; while it
+                  runs, a heartbeat every 30 s (a run without a recent one was lost, :func:`lost`)
     run/          the run directory of ``icl train``
 
 A run whose ``status.json`` records exit code 0 is finished and skipped when the
 sweep is run again. A run that was interrupted (its process gone while ``running``, as when a
 machine or session ends, or stopped by Ctrl-C, exit code 130) continues from its last
 checkpoint with ``icl train --resume`` when the command runs ``icl train`` and its folder holds
-that checkpoint for the same parameters (``status.json`` then has ``resumed_from_step``); any
-other run is started afresh. A failing run is recorded and the others go on. With ``devices``, worker slot i runs its jobs with
+that checkpoint for the same parameters (``status.json`` then has ``resumed_from_step``, and
+``resumed_from_steps`` lists every resumption); any other run is started afresh. A failing run is
+recorded and the others go on. With ``devices``, worker slot i runs its jobs with
 ``CUDA_VISIBLE_DEVICES=devices[i % len(devices)]``.
 
 With ``pack`` K > 1, up to K runs whose tensors have the same shapes
@@ -49,13 +51,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
 from dgp.files import load_tensors
-from identifiable_cl.rundir import CHECKPOINT, SUMMARY, read_json, read_metrics, write_json
+from identifiable_cl.rundir import CHECKPOINT, IDENTITY_CACHE, SUMMARY, read_json, read_metrics, write_json
 from identifiable_cl.sweeps.plan import PlannedRun
 from identifiable_cl.sweeps.render import describe, render_command
 from identifiable_cl.sweeps.spec import SweepSpec
@@ -187,6 +190,7 @@ def run_environment(
         WANDB_MODE="disabled" if base.get("WANDB_MODE") == "disabled" else "offline",
     )
     env.setdefault("WANDB_RUN_GROUP", spec.name)
+    env.setdefault(IDENTITY_CACHE, str(folder.parent / ".identity"))  # the sweep's runs share identity baselines
     if not env.get("WANDB_NAME") and "wandb.name" not in run.params:
         env["WANDB_NAME"] = name
     for key, variable in (("project", "WANDB_PROJECT"), ("entity", "WANDB_ENTITY")):
@@ -203,20 +207,16 @@ class Busy(Exception):
     """The run's folder belongs to a live process (another runner, or a run whose runner was killed)."""
 
 
-def lock_path(run: PlannedRun) -> Path:
-    """The run's lock, beside its folder (the folder itself is replaced when the run restarts)."""
-    return run.folder.parent / f".{run.folder.name}.lock"
-
-
 def claim(run: PlannedRun) -> int:
     """Take the run's lock without waiting; returns its file descriptor, or raises :class:`Busy`.
 
     The lock (``flock``) is inherited by the run's process, so it stays held while either the
     runner or the run lives: a second runner on the same sweep and ``--out`` skips the run, and
-    a rerun after killing only the runner leaves a still-running orphan alone.
+    a rerun after killing only the runner leaves a still-running orphan alone. The lock file sits
+    beside the folder, since the folder itself is replaced when the run restarts.
     """
     run.folder.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path(run), os.O_RDWR | os.O_CREAT, 0o666)
+    fd = os.open(run.folder.parent / f".{run.folder.name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -293,35 +293,48 @@ def _start(spec: SweepSpec, run: PlannedRun, device: str | None, workers: int,
     argv = this_interpreter(argv) + ["--run-dir", str(folder.resolve() / RUN)]
     if resumed is not None:
         argv = resume_command(argv, folder.resolve() / RUN)
+    earlier = [] if resumed is None else (read_status(folder) or {}).get("resumed_from_steps", [])
     status: dict[str, Any] = {
-        "run_id": run.run_id,
-        "wandb_id": run.wandb_id,
-        "owner_pid": os.getpid(),
-        "pid": None,
-        "sweep": spec.name,
-        "sweep_content_id": spec.content_id,
-        "index": run.index,
-        "state": "running",
-        "exit_code": None,
-        "command": argv,
-        "device": device,
-        "log": LOG,
-        "run_dir": RUN,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run_id": run.run_id, "wandb_id": run.wandb_id, "owner_pid": os.getpid(), "pid": None, "sweep": spec.name,
+        "sweep_content_id": spec.content_id, "index": run.index, "state": "running", "exit_code": None,
+        "command": argv, "device": device, "log": LOG, "run_dir": RUN, "started": now(), "heartbeat": now(),
+        **({} if resumed is None else {"resumed_from_step": resumed, "resumed_from_steps": [*earlier, resumed]}),
     }
-    if resumed is not None:
-        status["resumed_from_step"] = resumed
     write_json(folder / STATUS, status)
     return argv, env, status
 
 
+
 WATCH_EVERY = 2.0
 """Seconds between two asks of a run's ``watch`` (hyperband) while it runs."""
+HEARTBEAT_EVERY = 30.0
+"""Seconds between two heartbeats: the runner rewrites a running run's ``status.json`` with the time."""
+LOST_AFTER = 3 * HEARTBEAT_EVERY
+"""A run still ``running`` whose last heartbeat is older than this lost its runner (:func:`lost`)."""
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
+
+
+def now() -> str:
+    return time.strftime(TIME_FORMAT)
+
+
+def lost(status: Mapping[str, Any]) -> bool:
+    """A ``running`` status whose runner stopped writing heartbeats (killed, or its job ended by the scheduler
+    without a signal it could act on): the run is gone; running the sweep again continues it."""
+    beat = status.get("heartbeat")
+    if status.get("state") != "running" or not isinstance(beat, str):
+        return False
+    try:
+        seconds = time.time() - datetime.strptime(beat, TIME_FORMAT).timestamp()
+    except ValueError:
+        return False
+    return seconds > LOST_AFTER
 
 
 def _launch(argv: list[str], env: Mapping[str, str], log_path: Path, lock: int,
-            started: Callable[[int], None], watch: Callable[[], bool] | None = None) -> tuple[int, bool]:
-    """Run ``argv`` with its output in ``log_path``, passing it the lock; ``started(pid)`` once it runs.
+            record: Callable[[int | None], None], watch: Callable[[], bool] | None = None) -> tuple[int, bool]:
+    """Run ``argv`` with its output in ``log_path``, passing it the lock; ``record(pid)`` once it runs and
+    ``record(None)`` every :data:`HEARTBEAT_EVERY` seconds while it runs.
 
     While it runs, ``watch()`` is asked every :data:`WATCH_EVERY` seconds; once it answers True the
     run gets SIGINT (``icl train`` then stops at once and keeps its last checkpoint). Returns the
@@ -334,20 +347,24 @@ def _launch(argv: list[str], env: Mapping[str, str], log_path: Path, lock: int,
         except OSError as exc:
             log.write(f"could not start {argv[0]!r}: {exc}\n")
             return 127, False
-        started(process.pid)
-        stopped = False
+        record(process.pid)
+        stopped, beat = False, time.monotonic()
         while True:
+            watching = watch is not None and not stopped
             try:
-                return process.wait(timeout=WATCH_EVERY if watch is not None and not stopped else None), stopped
+                return process.wait(timeout=min(WATCH_EVERY, HEARTBEAT_EVERY) if watching else HEARTBEAT_EVERY), stopped
             except subprocess.TimeoutExpired:
-                if watch():
+                if time.monotonic() - beat >= HEARTBEAT_EVERY:
+                    record(None)
+                    beat = time.monotonic()
+                if watching and watch():
                     stopped = True
                     process.send_signal(signal.SIGINT)
 
 
 def _finish(run: PlannedRun, status: dict[str, Any], code: int, wall: float, stopped: bool = False) -> Outcome:
     state = "stopped" if stopped else "finished" if code == 0 else "failed"
-    status.update(state=state, exit_code=code, wall_s=round(wall, 3), ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    status.update(state=state, exit_code=code, wall_s=round(wall, 3), ended=now())
     if stopped:
         status["stopped_by"] = "hyperband"
         status["last_metrics"] = _last_record(run.folder / RUN)
@@ -374,15 +391,16 @@ def execute(spec: SweepSpec, run: PlannedRun, lock: int, device: str | None = No
     return _finish(run, status, code, time.perf_counter() - started, stopped)
 
 
-def _recorder(items: Sequence[tuple[PlannedRun, dict[str, Any]]]) -> Callable[[int], None]:
-    """``started(pid)`` for :func:`_launch`: the pid of the process that runs them into each run's status."""
+def _recorder(items: Sequence[tuple[PlannedRun, dict[str, Any]]]) -> Callable[[int | None], None]:
+    """``record(pid)`` for :func:`_launch`: the pid of the process that runs them (None: the same) and a
+    heartbeat into each run's status."""
 
-    def started(pid: int) -> None:
+    def record(pid: int | None) -> None:
         for run, status in items:
-            status["pid"] = pid
+            status.update(heartbeat=now(), **({} if pid is None else {"pid": pid}))
             write_json(run.folder / STATUS, status)
 
-    return started
+    return record
 
 
 def this_interpreter(argv: Sequence[str]) -> list[str]:
@@ -427,23 +445,21 @@ def execute_pack(spec: SweepSpec, runs: Sequence[PlannedRun], device: str | None
             claimed.append(run)
             if previous.get("state") == "running":
                 echo(f"{run.run_id}: restarted; the process that ran it before (pid {previous.get('pid')}) is gone")
-    try:
-        for run in runs:  # a resumed run continues alone, whatever pack it started in
-            if run.index in resumed:
-                watching = None if watch is None else functools.partial(watch, run)
-                outcomes.append(execute(spec, run, locks[run.index], device, workers, watching, resumed[run.index]))
-        if claimed:
-            outcomes += _execute_claimed(spec, claimed, [locks[r.index] for r in claimed], device, workers, watch)
+    try:  # a resumed run continues alone, whatever pack it started in
+        for run in [r for r in runs if r.index in resumed] + (claimed if len(claimed) == 1 else []):
+            watching = None if watch is None else functools.partial(watch, run)
+            outcomes.append(execute(spec, run, locks[run.index], device, workers, watching, resumed.get(run.index)))
+        if len(claimed) > 1:
+            outcomes += _execute_packed(spec, claimed, [locks[r.index] for r in claimed], device, workers)
     finally:
         for fd in locks.values():
             release(fd)
     return outcomes
 
 
-def _execute_claimed(spec: SweepSpec, runs: Sequence[PlannedRun], locks: Sequence[int], device: str | None,
-                     workers: int, watch: Callable[[PlannedRun], bool] | None) -> list[Outcome]:
-    if len(runs) == 1:
-        return [execute(spec, runs[0], locks[0], device, workers, None if watch is None else lambda: watch(runs[0]))]
+def _execute_packed(spec: SweepSpec, runs: Sequence[PlannedRun], locks: Sequence[int], device: str | None,
+                    workers: int) -> list[Outcome]:
+    """Start two or more claimed runs as one ``icl train --pack-file`` process, wait, and record each run's status."""
     starts = [_start(spec, run, device, workers) for run in runs]
     positions = [train_position(argv) for argv, _, _ in starts]
     entries = [
@@ -557,7 +573,6 @@ def run_groups(
 
 def report(spec: SweepSpec, out: str | Path, ordered: Sequence[Outcome], echo: Callable[[str], None]) -> None:
     """The sweep's closing lines: how many runs ended how, and where the failed and interrupted ones logged."""
-    failed = [o for o in ordered if o.shown in ("failed", "interrupted")]
     count = {state: sum(o.shown == state for o in ordered)
              for state in ("finished", "failed", "interrupted", "stopped", "skipped", "busy")}
     echo(
@@ -568,5 +583,5 @@ def report(spec: SweepSpec, out: str | Path, ordered: Sequence[Outcome], echo: C
         + (f", {count['busy']} left to the live processes that own them" if count["busy"] else "")
         + f"; results in {Path(out) / spec.name}"
     )
-    for o in failed:
+    for o in (o for o in ordered if o.shown in ("failed", "interrupted")):
         echo(f"  {o.shown}: {o.run.run_id} exit {o.exit_code}, log {o.run.folder / LOG}")

@@ -15,27 +15,51 @@ other, when the results are collected).
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from identifiable_cl.sweeps.local import execute_pack, is_finished, write_sweep_file
+from identifiable_cl.sweeps.local import INTERRUPTED_EXIT, execute_pack, is_finished, write_sweep_file
 from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
 from identifiable_cl.sweeps.spec import SweepSpec
 
 CLUSTERS = ("slurm", "local", "debug")
+REQUEUES = 20
+"""How many times a Slurm job warned of its time limit is requeued before it ends unfinished."""
 
 
 @dataclass(frozen=True)
 class OfflineJob:
     """Array task: execute one planned run of ``spec`` (on the devices the cluster gives the job); returns its
-    exit code (0 when a live process already owns the run)."""
+    exit code (0 when a live process already owns the run).
+
+    Slurm signals every process of the job: on a cancel (SIGTERM, which submitit's runner ignores) and at the
+    warning before a time limit or a preemption (SIGUSR2) the run itself checkpoints the step it reached and
+    ends interrupted, which is recorded. After a SIGUSR2 the job is then requeued as submitit requeues a
+    checkpointable job (:meth:`checkpoint`), and the requeued job resumes the run from that checkpoint.
+    """
 
     spec: SweepSpec
 
     def __call__(self, run: PlannedRun) -> int:
-        return execute_pack(self.spec, [run])[0].exit_code
+        warned = threading.Event()
+        requeue = signal.signal(signal.SIGUSR2, lambda *_: warned.set())
+        try:
+            code = execute_pack(self.spec, [run])[0].exit_code
+        finally:
+            signal.signal(signal.SIGUSR2, requeue)
+        if warned.is_set() and code == INTERRUPTED_EXIT and callable(requeue):
+            requeue(signal.SIGUSR2, None)  # submitit's handler: checkpoint(), scontrol requeue, exit
+        return code
+
+    def checkpoint(self, run: PlannedRun) -> Any:
+        """What submitit requeues: this job again for ``run``, which resumes from the run's checkpoint."""
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, run)
 
 
 @dataclass(frozen=True)
@@ -72,7 +96,7 @@ def make_executor(
         raise ValueError(f"--cluster {cluster!r}: allowed: {', '.join(CLUSTERS)}")
     if parallelism is not None and parallelism < 1:
         raise ValueError(f"--parallelism {parallelism}: must be >= 1")
-    executor = submitit.AutoExecutor(folder=folder / "%j", cluster=cluster)
+    executor = submitit.AutoExecutor(folder=folder / "%j", cluster=cluster, slurm_max_num_timeout=REQUEUES)
     parameters: dict[str, Any] = {
         "name": name,
         "timeout_min": timeout_min,

@@ -173,3 +173,66 @@ def test_a_run_with_other_parameters_in_its_folder_is_started_afresh(tmp_path):
     (run.folder / STATUS).write_text(json.dumps({"state": "running", "pid": 999999999,
                                                  "command": [sys.executable, FAKE, "train"]}))
     assert resumable_step(spec, run) is None  # not icl train
+
+
+def test_the_runner_writes_a_heartbeat_while_its_run_lives(tmp_path, monkeypatch):
+    from identifiable_cl.sweeps import local
+
+    monkeypatch.setattr(local, "HEARTBEAT_EVERY", 0.1)
+    calls = []
+    fd = os.open(tmp_path / "lock", os.O_RDWR | os.O_CREAT)
+    try:
+        code, stopped = local._launch([sys.executable, "-c", "import time; time.sleep(1.5)"], dict(os.environ),
+                                      tmp_path / "log", fd, calls.append)
+    finally:
+        os.close(fd)
+    assert (code, stopped) == (0, False)
+    assert isinstance(calls[0], int) and len(calls) >= 4 and set(calls[1:]) == {None}
+
+
+def test_a_running_status_without_a_recent_heartbeat_is_lost_and_shown_so(tmp_path):
+    from identifiable_cl.sweeps.local import LOST_AFTER, TIME_FORMAT, lost
+
+    def beat(seconds_ago):
+        return time.strftime(TIME_FORMAT, time.localtime(time.time() - seconds_ago))
+
+    assert lost({"state": "running", "heartbeat": beat(LOST_AFTER + 5)})
+    assert not lost({"state": "running", "heartbeat": beat(1)})
+    assert not lost({"state": "failed", "exit_code": 130, "heartbeat": beat(LOST_AFTER + 5)})
+    assert not lost({"state": "running"}) and not lost({"state": "running", "heartbeat": "yesterday"})
+    spec = write_sweep(tmp_path / "s.yaml", seeds=(0, 1))
+    assert [o.state for o in run_sweep(spec, tmp_path / "out", echo=quiet)] == ["finished", "finished"]
+    run = plan_runs(spec, tmp_path / "out")[1]
+    status = {**read_status(run.folder), "state": "running", "exit_code": None, "heartbeat": beat(LOST_AFTER + 60)}
+    (run.folder / STATUS).write_text(json.dumps(status))
+    (row,) = json.loads(results([tmp_path / "out"], fmt="json"))
+    assert row["failed"] == 1
+    assert row["failed_runs"][0]["problem"].startswith("lost: its runner stopped reporting (last heartbeat ")
+
+
+def test_each_resumption_is_recorded_in_the_status(tmp_path):
+    from identifiable_cl.sweeps.local import _start
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "again", "method": "grid", "command": [sys.executable, "-m", "identifiable_cl.cli", "train", "${args}"],
+        "parameters": {"seed": {"value": 0}},
+    }))
+    spec = load_sweep(path)
+    (run,) = plan_runs(spec, tmp_path / "out")
+    _start(spec, run, None, 1)
+    assert "resumed_from_steps" not in read_status(run.folder)
+    for step, history in ((10, [10]), (25, [10, 25])):
+        argv, _, status = _start(spec, run, None, 1, resumed=step)
+        assert read_status(run.folder) == status and "--resume" in argv
+        assert (status["resumed_from_step"], status["resumed_from_steps"]) == (step, history)
+
+
+def test_the_runs_of_a_sweep_share_one_identity_baseline_folder(tmp_path):
+    from identifiable_cl.rundir import IDENTITY_CACHE
+
+    spec = write_sweep(tmp_path / "s.yaml", seeds=(0, 1))
+    runs = plan_runs(spec, tmp_path / "out")
+    shared = {run_environment(spec, run, None, {})[IDENTITY_CACHE] for run in runs}
+    assert shared == {str((tmp_path / "out" / "owned" / ".identity").resolve())}
+    assert run_environment(spec, runs[0], None, {IDENTITY_CACHE: "/elsewhere"})[IDENTITY_CACHE] == "/elsewhere"

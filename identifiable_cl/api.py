@@ -57,13 +57,11 @@ def train(
     if not isinstance(overrides, Mapping):
         overrides = parse_overrides(overrides)
     if isinstance(config, Mapping):
-        resolved = load_config(None, {**flat_keys(config), **overrides})
-    else:
-        resolved = load_config(config, overrides)
+        config, overrides = None, {**flat_keys(config), **overrides}
+    resolved = load_config(config, overrides)
     folder = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="icl-run-"))
     trainer = Trainer.create(resolved, folder, progress=progress)
-    summary = trainer.run()
-    return TrainedRun(folder, summary, trainer.c)
+    return TrainedRun(folder, trainer.run(), trainer.c)
 
 
 __all__ = list(API)

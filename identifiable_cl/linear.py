@@ -50,20 +50,16 @@ def prefers_onednn(cpuinfo: str) -> bool:
     """Whether ``auto`` picks oneDNN on a CPU with this ``/proc/cpuinfo`` text: an AMD CPU with AVX-512."""
     first = cpuinfo.split("\n\n", 1)[0]
     fields = {key.strip(): value for key, value in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
-    vendor = fields.get("vendor_id", "").strip()
-    flags = fields.get("flags", "").split()
-    return vendor == "AuthenticAMD" and "avx512f" in flags
+    return fields.get("vendor_id", "").strip() == "AuthenticAMD" and "avx512f" in fields.get("flags", "").split()
 
 
 @functools.lru_cache(maxsize=None)
 def _auto() -> str:
-    if _operator() is None:
-        return "blas"
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        fast = _operator() is not None and prefers_onednn(Path("/proc/cpuinfo").read_text())
     except OSError:
-        return "blas"
-    return "onednn" if prefers_onednn(text) else "blas"
+        fast = False
+    return "onednn" if fast else "blas"
 
 
 def resolve(backend: str) -> str:

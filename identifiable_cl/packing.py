@@ -79,13 +79,8 @@ def batched_step(cs: Sequence[Components]) -> list[Tensor]:
     batches = [c.process.sample(c.config["train"]["batch_size"], c.batches) for c in cs]
     x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])
     params, buffers = _stacked(cs, "named_parameters"), _stacked(cs, "named_buffers")
-    base = cs[0].encoder
-
-    def encode(p: dict[str, Tensor], b: dict[str, Tensor], rows: Tensor) -> Tensor:
-        return functional_call(base, (p, b), (rows,))
-
     with precision(cs[0]), blas_only():
-        h_all = vmap(encode)(params, buffers, x)
+        h_all = vmap(lambda p, b, rows: functional_call(cs[0].encoder, (p, b), (rows,)))(params, buffers, x)
     h_all = h_all.to(cs[0].process.dtype)
     losses = [c.loss(*split_encodings(h, batch)) for c, batch, h in zip(cs, batches, h_all)]
     for c in cs:

@@ -173,14 +173,12 @@ def assemble(
     def pairwise(a: Tensor, b: Tensor) -> Tensor:
         return pairwise_similarity(a, b, kind) / tau
 
+    pos = paired_similarity(h, h_pos, kind) / tau
     if negatives == "independent":
-        pos = paired_similarity(h, h_pos, kind) / tau
         if _check_negatives(h, h_neg, key) == "shared":
             return Terms(pos, pairwise(h, h_neg), h_neg.shape[0])
-        neg = pairwise(h.unsqueeze(1), h_neg).squeeze(1)
-        return Terms(pos, neg, h_neg.shape[1])
+        return Terms(pos, pairwise(h.unsqueeze(1), h_neg).squeeze(1), h_neg.shape[1])
     _check_batch(negatives, batch, key)
-    pos = paired_similarity(h, h_pos, kind) / tau
     if negatives == "first_view":
         return Terms(pos, pairwise(h, h), batch)
     if negatives == "symmetric":
@@ -210,14 +208,11 @@ def infonce_row(pos: Tensor, lse: Tensor, scale: Tensor, n_neg: int, reduction: 
         -pos + log(exp pos + exp lse)        (``logsumexp``; minus log(1 + n_neg) for ``logmeanexp``)
         -pos + lse                           (``decoupled_logsumexp``; minus log n_neg for ``decoupled_logmeanexp``)
     """
-    if reduction in DECOUPLED:
-        check_has_negatives(reduction, n_neg)
-        total = lse[:, 0]
-        if reduction == "decoupled_logmeanexp":
-            total = total - math.log(n_neg)
-        return total - pos
-    total = torch.logaddexp(pos, lse[:, 0])
-    if reduction == "logmeanexp":
+    check_has_negatives(reduction, n_neg)
+    total = lse[:, 0] if reduction in DECOUPLED else torch.logaddexp(pos, lse[:, 0])
+    if reduction == "decoupled_logmeanexp":
+        total = total - math.log(n_neg)
+    elif reduction == "logmeanexp":
         total = total - math.log(1 + n_neg)
     return total - pos
 
@@ -254,21 +249,18 @@ def contrastive_loss(
     batch = h.shape[0]
     pos = paired_similarity(h, h_pos, kind) * scale
     if negatives == "independent":
-        neg_shape = _check_negatives(h, h_neg, key)
-        if neg_shape == "per_anchor":
+        if _check_negatives(h, h_neg, key) == "per_anchor":
             logits = pairwise_similarity(h.unsqueeze(1), h_neg, kind).squeeze(1) * scale
-            rows = functools.partial(row_loss, n_neg=h_neg.shape[1])
             lse = torch.stack([torch.logsumexp(c * logits, 1) for c in multipliers], 1)
-            return rows(pos, lse, torch.as_tensor(scale, dtype=pos.dtype, device=pos.device)).mean()
-        plan_args = ((h, h_neg), [Pairing(0, 1)], [(0,)], h_neg.shape[0], batch)
+            scale_t = torch.as_tensor(scale, dtype=pos.dtype, device=pos.device)
+            return row_loss(pos, lse, scale_t, n_neg=h_neg.shape[1]).mean()
+        tensors, pairings, groups, n_neg, count = (h, h_neg), (Pairing(0, 1),), ((0,),), h_neg.shape[0], batch
     else:
         _check_batch(negatives, batch, key)
-        plan_args = _batch_plan(negatives, h, h_pos)
-    tensors, pairings, groups, n_neg, count = plan_args
+        tensors, pairings, groups, n_neg, count = _batch_plan(negatives, h, h_pos)
     if negatives == "symmetric":
         pos = torch.cat([pos, pos])
-    plan = Plan(kind, tuple(pairings), tuple(groups), tuple(multipliers),
-                functools.partial(row_loss, n_neg=n_neg), count)
+    plan = Plan(kind, pairings, groups, tuple(multipliers), functools.partial(row_loss, n_neg=n_neg), count)
     return blocked_loss(plan, tensors, pos, scale)
 
 
@@ -276,16 +268,16 @@ def _batch_plan(negatives: str, h: Tensor, h_pos: Tensor):
     """Tensors, pairings, groups, negatives per anchor and row count of an in-batch negative set."""
     batch = h.shape[0]
     if negatives == "symmetric":
-        return (torch.cat([h, h_pos]),), [Pairing(0, 0, "views")], [(0,)], 2 * batch - 2, 2 * batch
+        return (torch.cat([h, h_pos]),), (Pairing(0, 0, "views"),), ((0,),), 2 * batch - 2, 2 * batch
     if negatives == "first_view":
-        return (h,), [Pairing(0, 0)], [(0,)], batch, batch
+        return (h,), (Pairing(0, 0),), ((0,),), batch, batch
     if negatives == "first_view_others":
-        return (h,), [Pairing(0, 0, "diagonal")], [(0,)], batch - 1, batch
+        return (h,), (Pairing(0, 0, "diagonal"),), ((0,),), batch - 1, batch
     if negatives == "one_sided":
-        return (h, h_pos), [Pairing(0, 1, "diagonal")], [(0,)], batch - 1, batch
+        return (h, h_pos), (Pairing(0, 1, "diagonal"),), ((0,),), batch - 1, batch
     # r24: h_i pools {h_j} and {h+_j}; h+_i pools {h+_j} and the same {sim(h_i, h+_j)}, j != i
-    pairings = [Pairing(0, 0, "diagonal"), Pairing(1, 1, "diagonal"), Pairing(0, 1, "diagonal")]
-    return (h, h_pos), pairings, [(0, 2), (1, 2)], 2 * batch - 2, 2 * batch
+    pairings = (Pairing(0, 0, "diagonal"), Pairing(1, 1, "diagonal"), Pairing(0, 1, "diagonal"))
+    return (h, h_pos), pairings, ((0, 2), (1, 2)), 2 * batch - 2, 2 * batch
 
 
 def _check_batch(negatives: str, batch: int, key: str) -> None:
@@ -317,22 +309,15 @@ def _check_negatives(h: Tensor, h_neg: Tensor | None, key: str) -> str:
 def prepared_inputs(
     h: Tensor, h_pos: Tensor, h_neg: Tensor | None, dim: int, uses_negatives: bool
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Checked encodings (see :func:`check_inputs`); h_neg dropped unless the loss uses it; bfloat16 and
+    """Encodings checked to be (B, dim) alike; h_neg dropped unless the loss uses it; bfloat16 and
     float16 promoted to float32 before anything is computed from them, so reductions run in float32."""
-    check_inputs(h, h_pos, dim)
+    if h.dim() != 2 or h.shape != h_pos.shape:
+        raise ValueError(f"h and h_pos must both have shape (B, d); got {tuple(h.shape)} and {tuple(h_pos.shape)}")
+    if h.shape[1] != dim:
+        raise ValueError(f"the loss was built for dim={dim}, got encodings of dim {h.shape[1]}")
     low = (torch.bfloat16, torch.float16)
     h, h_pos, h_neg = (x.float() if x is not None and x.dtype in low else x for x in (h, h_pos, h_neg))
     return h, h_pos, h_neg if uses_negatives else None
-
-
-def check_inputs(h: Tensor, h_pos: Tensor, dim: int) -> None:
-    if h.dim() != 2 or h.shape != h_pos.shape:
-        raise ValueError(
-            "h and h_pos must both have shape (B, d); "
-            f"got {tuple(h.shape)} and {tuple(h_pos.shape)}"
-        )
-    if h.shape[1] != dim:
-        raise ValueError(f"the loss was built for dim={dim}, got encodings of dim {h.shape[1]}")
 
 
 class Temperature(nn.Module):

@@ -81,12 +81,12 @@ def use_kernels(choice: str | None = None, block_rows: int | None = None) -> Ite
         raise ValueError(f"kernels={choice!r} is invalid: allowed: {', '.join(KERNELS)}")
     if block_rows is not None and (isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1):
         raise ValueError(f"block_rows={block_rows!r} is invalid: expected a positive integer")
-    tokens = (_KERNELS.set(choice), _BLOCK_ROWS.set(block_rows))
+    kernels_token, rows_token = _KERNELS.set(choice), _BLOCK_ROWS.set(block_rows)
     try:
         yield
     finally:
-        _KERNELS.reset(tokens[0])
-        _BLOCK_ROWS.reset(tokens[1])
+        _KERNELS.reset(kernels_token)
+        _BLOCK_ROWS.reset(rows_token)
 
 
 class Pairing(NamedTuple):
@@ -294,11 +294,8 @@ class _BlockedLoss(torch.autograd.Function):
             for pairing, workspace in zip(plan.pairings, workspaces):
                 a = tensors[pairing.anchors][start : start + size]
                 cT = transposed[pairing.candidates]
-                n = cT.shape[1]
-                excluded = _excluded(pairing.exclude, start, size, n, device)
-                stats.append(
-                    block_forward(a, cT, scale, excluded, plan.kind, plan.multipliers, needs[1], workspace)
-                )
+                excluded = _excluded(pairing.exclude, start, size, cT.shape[1], device)
+                stats.append(block_forward(a, cT, scale, excluded, plan.kind, plan.multipliers, needs[1], workspace))
             row_grads = _rows(plan, stats, pos[start : start + size][fresh], scale, fresh, want_grad)
             total += row_grads[0]
             if want_grad:
@@ -331,11 +328,10 @@ class _BlockedLoss(torch.autograd.Function):
 
 def _rows(plan: Plan, stats, pos: Tensor, scale: Tensor, fresh: slice, want_grad: bool):
     """Σ of the fresh rows' losses; with gradients: ∂/∂pos, ∂/∂scale and ∂/∂lse per pairing (rows of the block)."""
-    lse = [s[3] for s in stats]
     with torch.enable_grad():
         pos_leaf = pos.detach().requires_grad_(want_grad)
         scale_leaf = scale.detach().requires_grad_(want_grad)
-        lse_leaves = [x[fresh].detach().requires_grad_(want_grad) for x in lse]
+        lse_leaves = [s[3][fresh].detach().requires_grad_(want_grad) for s in stats]
         total = pos.new_zeros(())
         for group in plan.groups:
             parts = [lse_leaves[i] for i in group]
@@ -346,8 +342,7 @@ def _rows(plan: Plan, stats, pos: Tensor, scale: Tensor, fresh: slice, want_grad
         outs = torch.autograd.grad(total, [pos_leaf, scale_leaf, *lse_leaves], allow_unused=True)
     # zeros for the block's rows before the fresh ones; None for a pairing no group pools
     per_pairing = [None if g is None else F.pad(g, (0, 0, fresh.start, 0)) for g in outs[2:]]
-    zero = torch.zeros((), dtype=pos.dtype, device=pos.device)
-    return total.detach(), outs[0], zero if outs[1] is None else outs[1], per_pairing
+    return total.detach(), outs[0], pos.new_zeros(()) if outs[1] is None else outs[1], per_pairing
 
 
 def blocked_loss(plan: Plan, tensors: Sequence[Tensor], pos: Tensor, scale: Tensor | float) -> Tensor:

@@ -15,12 +15,10 @@ from identifiable_cl.losses import LOSSES
 
 def projection_head(dim: int, widths: Sequence[int]) -> nn.Sequential:
     """MLP dim -> widths[0] -> ... -> widths[-1], LeakyReLU(0.01) between layers, none after."""
-    layers: list[nn.Module] = []
     sizes = [dim, *widths]
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        if i > 0:
-            layers.append(nn.LeakyReLU(0.01))
-        layers.append(nn.Linear(n_in, n_out))
+    layers: list[nn.Module] = [nn.Linear(sizes[0], sizes[1])]
+    for n_in, n_out in zip(sizes[1:-1], sizes[2:]):
+        layers += [nn.LeakyReLU(0.01), nn.Linear(n_in, n_out)]
     return nn.Sequential(*layers)
 
 
@@ -59,35 +57,28 @@ class Ensemble(ContrastiveLoss):
         self.weights: list[float] = []
         self.heads = nn.ModuleList()
         self.members = nn.ModuleList()
-        self._has_head: list[bool] = []
         for i, spec in enumerate(members):
             member_key = f"members[{i}]"
             if not isinstance(spec, Mapping) or "name" not in spec:
                 checks.fail(member_key, spec, "expected a mapping with a 'name' entry")
             options = dict(spec)
-            self.weights.append(
-                checks.non_negative(f"{member_key}.weight", options.pop("weight", 1.0))
-            )
+            self.weights.append(checks.non_negative(f"{member_key}.weight", options.pop("weight", 1.0)))
             widths = _head_widths(f"{member_key}.head", options.pop("head", None))
-            head = nn.Identity() if widths is None else projection_head(self.dim, widths)
-            self.heads.append(head)
-            self._has_head.append(widths is not None)
+            self.heads.append(nn.Identity() if widths is None else projection_head(self.dim, widths))
             member = LOSSES.build(options, key=member_key, dim=self.dim if widths is None else widths[-1])
             if not isinstance(member, ContrastiveLoss):
                 checks.fail(f"{member_key}.name", spec["name"], "expected a contrastive loss")
             self.members.append(member)
         self.requires_negatives = any(m.requires_negatives for m in self.members)
         self.needs_unit_norm = any(
-            m.needs_unit_norm for m, has in zip(self.members, self._has_head) if not has
+            m.needs_unit_norm for m, head in zip(self.members, self.heads) if isinstance(head, nn.Identity)
         )
         self._last: list[Tensor | None] = [None] * len(self.members)
 
     def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
         """Scalar weighted sum for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
         if h.dim() != 2 or h.shape[1] != self.dim:
-            raise ValueError(
-                f"the loss was built for encodings (B, {self.dim}); got {tuple(h.shape)}"
-            )
+            raise ValueError(f"the loss was built for encodings (B, {self.dim}); got {tuple(h.shape)}")
         total = torch.zeros((), dtype=h.dtype, device=h.device)
         for i, (weight, head, member) in enumerate(zip(self.weights, self.heads, self.members)):
             neg = head(h_neg) if member.requires_negatives and h_neg is not None else None
@@ -110,7 +101,8 @@ class Ensemble(ContrastiveLoss):
         head_params = [p for p in self.heads.parameters() if p.requires_grad]
         if head_params:
             groups.append({"params": head_params, "lr": self.lr})
-        for member in self.members:
-            for group in member.param_groups():
-                groups.append({**group, "lr": self.lr if group["lr"] is None else group["lr"]})
-        return groups
+        return groups + [
+            {**group, "lr": self.lr if group["lr"] is None else group["lr"]}
+            for member in self.members
+            for group in member.param_groups()
+        ]

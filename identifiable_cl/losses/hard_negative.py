@@ -52,11 +52,8 @@ class HardNegativeInfoNCE(InfoNCE):
         if self.tau_plus == 1.0:
             checks.fail("tau_plus", tau_plus, "must lie in [0, 1)")
         if self.tau_plus > 0 and self.similarity != "cosine":
-            checks.fail(
-                "tau_plus",
-                tau_plus,
-                f"debiasing (tau_plus > 0) needs similarity 'cosine', not {self.similarity!r}",
-            )
+            reason = f"debiasing (tau_plus > 0) needs similarity 'cosine', not {self.similarity!r}"
+            checks.fail("tau_plus", tau_plus, reason)
         if self.tau_plus > 0 and self.reduction in DECOUPLED:
             checks.fail(
                 "reduction",
@@ -80,13 +77,10 @@ class HardNegativeInfoNCE(InfoNCE):
         log_g = lse[:, 0] - lse[:, 1] + log_n
         if self.tau_plus > 0:
             log_g = self._debias(log_g, pos, log_n, scale)
-        if self.reduction in DECOUPLED:
-            rows = log_g - pos
-            if self.reduction == "decoupled_logmeanexp":
-                rows = rows - log_n
-            return rows
-        rows = torch.logaddexp(pos, log_g) - pos
-        if self.reduction == "logmeanexp":
+        rows = (log_g if self.reduction in DECOUPLED else torch.logaddexp(pos, log_g)) - pos
+        if self.reduction == "decoupled_logmeanexp":
+            rows = rows - log_n
+        elif self.reduction == "logmeanexp":
             rows = rows - math.log(1 + n_neg)
         return rows
 

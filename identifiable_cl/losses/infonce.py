@@ -79,10 +79,7 @@ class InfoNCE(ContrastiveLoss):
         super().__init__()
         self.dim = check_dim(dim)
         self.similarity = checks.choice("similarity", similarity, SIMILARITIES)
-        self.temperature = Temperature(
-            checks.positive("tau", tau),
-            checks.boolean("learn_tau", learn_tau),
-        )
+        self.temperature = Temperature(checks.positive("tau", tau), checks.boolean("learn_tau", learn_tau))
         self.negatives = checks.choice("negatives", negatives, NEGATIVE_SETS)
         self.reduction = checks.choice("reduction", reduction, REDUCTIONS)
         self.lr = check_lr(lr)
@@ -92,8 +89,7 @@ class InfoNCE(ContrastiveLoss):
     def terms(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Terms:
         """Logits sim / tau of positives ``(R,)`` and negatives ``(R, K)`` (-inf = excluded)."""
         h, h_pos, h_neg, kind = self._prepare(h, h_pos, h_neg)
-        tau = self.temperature.value()
-        return assemble(self.negatives, h, h_pos, h_neg, kind, tau, self.config_key)
+        return assemble(self.negatives, h, h_pos, h_neg, kind, self.temperature.value(), self.config_key)
 
     def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
         """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""

@@ -54,11 +54,6 @@ def _cpu_signature() -> str:
     return f"{platform.machine()} {flags}"
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("ICL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "identifiable_cl")
-    return Path(root)
-
-
 def _build() -> ctypes.CDLL | None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None or platform.system() == "Windows":
@@ -66,7 +61,8 @@ def _build() -> ctypes.CDLL | None:
     key = hashlib.sha256(
         SOURCE.read_bytes() + repr([compiler, FLAGS, VARIANTS, _cpu_signature()]).encode()
     ).hexdigest()[:16]
-    target = _cache_dir() / f"pairwise-{key}.so"
+    cache = os.environ.get("ICL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "identifiable_cl")
+    target = Path(cache) / f"pairwise-{key}.so"
     if not target.exists():
         try:
             target.parent.mkdir(parents=True, exist_ok=True)

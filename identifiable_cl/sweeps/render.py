@@ -21,15 +21,12 @@ import re
 from typing import Any, Mapping, Sequence
 
 ENVVAR = re.compile(r"\$\{envvar:([A-Z0-9_]*)\}")
-INTERPRETER = "python"
-ENV = "/usr/bin/env"
 
 
 def argument_forms(params: Mapping[str, Any]) -> dict[str, list[str]]:
     """Every list form of the parameters an agent offers as a macro."""
-    flags = [f"--{k}={v}" for k, v in params.items()]
     return {
-        "args": flags,
+        "args": [f"--{k}={v}" for k, v in params.items()],
         "args_no_equals": [part for k, v in params.items() for part in (f"--{k}", str(v))],
         "args_no_hyphens": [f"{k}={v}" for k, v in params.items()],
         "args_no_boolean_flags": [
@@ -58,14 +55,14 @@ def render_command(
     environ = os.environ if environ is None else environ
     macros: dict[str, list[str]] = {
         **argument_forms(params),
-        "interpreter": [INTERPRETER],
+        "interpreter": ["python"],
         "program": [program] if program is not None else [],
-        "env": [ENV],
+        "env": ["/usr/bin/env"],
         "args_json_file": [args_json_file] if args_json_file is not None else [],
     }
     out: list[str] = []
     for entry in command:
-        text = ENVVAR.sub(lambda m: environ.get(m.group(1), m.group(1)), str(entry)) if isinstance(entry, str) else str(entry)
+        text = ENVVAR.sub(lambda m: environ.get(m.group(1), m.group(1)), entry) if isinstance(entry, str) else str(entry)
         if text.startswith("${") and text.endswith("}"):
             out += macros.get(text[2:-1], [])
         else:

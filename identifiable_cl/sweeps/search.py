@@ -93,17 +93,8 @@ def check_space(spec: SweepSpec) -> None:
         check_run(spec, index, params)
 
 
-def run_sweep(
-    spec: SweepSpec,
-    out: str | Path,
-    *,
-    workers: int = 1,
-    count: int | None = None,
-    seed: int = 0,
-    devices: Sequence[str] | None = None,
-    pack: int = 1,
-    echo: Callable[[str], None] = print,
-) -> list[Outcome]:
+def run_sweep(spec: SweepSpec, out: str | Path, *, workers: int = 1, count: int | None = None, seed: int = 0,
+              devices: Sequence[str] | None = None, pack: int = 1, echo: Callable[[str], None] = print) -> list[Outcome]:
     """Run every planned run not finished before, ``workers`` processes at a time, each training
     up to ``pack`` compatible runs as one pack; outcomes in plan order. With ``early_terminate``
     in the file, hyperband (:func:`hyperband_watch`) stops runs early."""
@@ -119,24 +110,15 @@ def run_sweep(
     packed = " in packs" if pack > 1 else ""
     echo(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} finished before, {len(todo)} to run{packed}, "
          f"{workers} at a time")
-    for outcome in run_groups(lambda: next(groups, None), len(todo), workers=workers, devices=devices, echo=echo,
-                              watch=watch):
-        outcomes[outcome.run.index] = outcome
+    outcomes.update((o.run.index, o) for o in run_groups(lambda: next(groups, None), len(todo), workers=workers,
+                                                         devices=devices, echo=echo, watch=watch))
     ordered = [outcomes[r.index] for r in runs]
     report(spec, out, ordered, echo)
     return ordered
 
 
-def run_search(
-    spec: SweepSpec,
-    out: str | Path,
-    *,
-    workers: int = 1,
-    count: int | None = None,
-    seed: int = 0,
-    devices: Sequence[str] | None = None,
-    echo: Callable[[str], None] = print,
-) -> list[Outcome]:
+def run_search(spec: SweepSpec, out: str | Path, *, workers: int = 1, count: int | None = None, seed: int = 0,
+               devices: Sequence[str] | None = None, echo: Callable[[str], None] = print) -> list[Outcome]:
     """Run a bayes sweep until ``count`` (or ``run_cap``) runs exist in its folder (module docstring)."""
     check_options(workers, 1, devices)
     engine.engine()

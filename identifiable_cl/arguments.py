@@ -4,7 +4,7 @@ One reading for everything that starts or checks a run: ``icl train`` itself, th
 pack files of ``icl sweep run --pack``, and the check of every planned sweep run,
 which renders the sweep's own command as a W&B agent would and reads it here.
 
-An override is any argument of the forms of :data:`identifiable_cl.config.OVERRIDE`
+An override is any argument of the forms of :data:`OVERRIDE`
 (``--key=value``, ``key=value``, ``+key=value``, ``++key=value``) or ``--key value``
 (two arguments, as ``${args_no_equals}`` renders them); :data:`TRAIN_OPTIONS` are ``icl train``'s own.
 """
@@ -16,7 +16,8 @@ import re
 from itertools import islice
 from typing import Any, Sequence
 
-from identifiable_cl.config import OVERRIDE
+OVERRIDE = re.compile(r"(?:--?|\+\+?)?([A-Za-z_][\w.\-]*)=(.*)", flags=re.S)
+"""A config override argument: ``--key=value``, ``-key=value``, ``key=value``, ``+key=value`` or ``++key=value``."""
 
 TRAIN_OPTIONS: dict[str, dict[str, Any]] = {
     "--out": {"default": "runs", "help": "parent folder of the new run directory (default: runs)"},

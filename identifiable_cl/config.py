@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import yaml
 
 from dgp.checks import fail
+from identifiable_cl.arguments import OVERRIDE
 from dgp.process import DEFAULT_CONFIG as DGP_DEFAULTS
 from dgp.process import DTYPES
 from identifiable_cl.linear import BACKENDS as MATMUL_BACKENDS
@@ -256,10 +257,6 @@ def key_listing(components: bool = False) -> str:
     return "\n".join(f"  {line}  {row[-1]}".rstrip() for line, row in zip(cells, rows))
 
 
-OVERRIDE = re.compile(r"(?:--?|\+\+?)?([A-Za-z_][\w.\-]*)=(.*)", flags=re.S)
-"""A config override argument: ``--key=value``, ``-key=value``, ``key=value``, ``+key=value`` or ``++key=value``."""
-
-
 def parse_value(text: str) -> Any:
     """A command-line value as YAML reads it: ``0.1`` → float, ``True`` → bool, ``[1, 2]`` → list, ``null`` → None.
 
@@ -267,7 +264,7 @@ def parse_value(text: str) -> Any:
     ``str(0.00001)`` gives and a sweep agent passes) are read as floats.
     """
     try:
-        value = yaml.safe_load(text)
+        value = load_yaml(text)
     except yaml.YAMLError:
         return text
     if value == "None":  # how a sweep agent renders Python's None
@@ -283,7 +280,7 @@ def parse_value(text: str) -> Any:
 def parse_overrides(args: Iterable[str]) -> dict[str, Any]:
     """``["--loss.tau=0.1", ...]`` → ``{"loss.tau": 0.1, ...}``.
 
-    Each argument is one of the forms of :data:`OVERRIDE`: ``--key=value`` (a sweep agent's
+    Each argument is one of the forms of :data:`identifiable_cl.arguments.OVERRIDE`: ``--key=value`` (a sweep agent's
     ``${args}``), ``key=value`` (``${args_no_hyphens}``), ``+key=value`` / ``++key=value``
     (``${args_append_hydra}`` / ``${args_override_hydra}``).
     """
@@ -421,6 +418,68 @@ def resolve_config_path(path: str | Path) -> Path:
     )
 
 
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 200_000
+"""Bounds of every YAML text read, far beyond any real config, sweep or experiment file: its nesting depth,
+and its number of nodes with every alias expanded (a "billion laughs" file is refused, not expanded)."""
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """YAML's safe loader that refuses a key that is not a string or appears twice in one mapping, nesting
+    deeper than :data:`MAX_YAML_DEPTH` and more than :data:`MAX_YAML_NODES` nodes with aliases expanded; its
+    errors are ``yaml.YAMLError`` s with the line and column."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self.depth, self.nodes, self.sizes = 0, 0, {}
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        mark = self.peek_event().start_mark
+        if self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            return self._counted(node, self.sizes.get(id(node), 1), mark)
+        self.depth += 1
+        if self.depth > MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", mark)
+        before = self.nodes
+        node = self._counted(super().compose_node(parent, index), 1, mark)
+        self.depth -= 1
+        self.sizes[id(node)] = self.nodes - before
+        return node
+
+    def _counted(self, node: Any, size: int, mark: Any) -> Any:
+        self.nodes += size
+        if self.nodes > MAX_YAML_NODES:
+            raise yaml.composer.ComposerError(None, None, f"more than {MAX_YAML_NODES} values once its aliases "
+                                              "are expanded", mark)
+        return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            problem = (f"the key {key!r} is not a string (quote it)" if not isinstance(key, str) else
+                       f"the key {key!r} appears twice (first on line {seen[key] + 1})" if key in seen else None)
+            if problem:
+                raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: what is wrong and where (``line 3, column 1: the key 'a' appears twice``)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
+def load_yaml(text: str) -> Any:
+    """The value a YAML text holds, read by :class:`BoundedLoader`."""
+    return yaml.load(text, Loader=BoundedLoader)
+
+
 def read_yaml_mapping(path: Path, what: str = "config file") -> Mapping[str, Any]:
     """The mapping a YAML file holds; a ValueError naming the file (as ``what``) otherwise."""
     try:
@@ -428,9 +487,9 @@ def read_yaml_mapping(path: Path, what: str = "config file") -> Mapping[str, Any
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{what} {str(path)!r} cannot be read as text: {exc}") from exc
     try:
-        layer = yaml.safe_load(text)
+        layer = load_yaml(text)
     except yaml.YAMLError as exc:
-        raise ValueError(f"{what} {str(path)!r} is not valid YAML: {exc}") from exc
+        raise ValueError(f"{what} {str(path)!r} is not valid YAML: {yaml_problem(exc)}") from exc
     if layer is None:
         raise ValueError(f"{what} {str(path)!r} is empty" + (": give at least one key (no file means the defaults)"
                                                              if what == "config file" else ""))

@@ -15,7 +15,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
 import json
 import math
 import os
@@ -26,7 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -46,6 +48,61 @@ TMP_SUFFIX = ".tmp"
 IDENTITY_CACHE = "ICL_IDENTITY_CACHE"
 """Environment variable: a folder where runs share their identity baselines, one ``identity-<key>.json`` per
 process and evaluation (the local runner sets it to the sweep's ``.identity`` folder)."""
+
+
+def is_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a run (its ``config.yaml``)."""
+    return (Path(folder) / CONFIG).is_file()
+
+
+def lock(folder: Path) -> int | None:
+    """Take the lock of ``folder`` (an ``flock`` of ``.<name>.lock`` beside it, in its existing parent, recording
+    the holder's pid) without waiting: its file descriptor, or None when another process holds it. A process
+    started with the descriptor inherits the lock; it is released by :func:`unlock` or when every holder ends."""
+    folder = Path(folder)
+    fd = os.open(folder.parent / f".{folder.name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+def unlock(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+def holder(folder: Path) -> str:
+    """The pid recorded by the process that holds the lock of ``folder`` (:func:`lock`), or ``unknown``."""
+    try:
+        return (Path(folder).parent / f".{Path(folder).name}.lock").read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def own(folder: Path) -> int:
+    """:func:`lock` of a run directory, or a ValueError naming it and the pid of the process writing it."""
+    fd = lock(folder)
+    if fd is None:
+        raise ValueError(f"run directory {str(folder)!r} is being written by another process (pid {holder(folder)}); "
+                         "wait until it ends, or stop it first")
+    return fd
+
+
+@contextlib.contextmanager
+def owned(folder: Path) -> Iterator[None]:
+    """Within this block this process is the one writer of the run in ``folder`` (:func:`own`); a folder that
+    holds no run is left untouched (what reads it fails, and writes nothing)."""
+    fd = own(folder) if is_run(folder) else None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            unlock(fd)
 
 
 def _umask() -> int:

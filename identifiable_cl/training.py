@@ -44,7 +44,7 @@ from identifiable_cl.components import (
 )
 from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recovery, linear_readout
 from identifiable_cl.packing import batched_by_default, batched_step, check_packable
-from identifiable_cl.tracking import Tracker, open_tracker
+from identifiable_cl.tracking import Tracker, check_tracking, open_tracker
 
 
 class NonFiniteLoss(RuntimeError):
@@ -145,15 +145,14 @@ def loss_metrics(c: Components, metrics: Mapping[str, Any]) -> dict[str, Any]:
     """The loss's own logs (τ, Λ̂ ...) and, when the loss learns a Λ̂ (its ``lambda_hat`` log) and the
     process has a true Λ, both as ``lambda_learned`` / ``lambda_true`` and Λ recovery against the truth."""
     out: dict[str, Any] = dict(c.loss.logs()) if hasattr(c.loss, "logs") else {}
-    learned = out.get("lambda_hat")
-    truth = c.process.lambda_true
+    learned, truth = out.get("lambda_hat"), c.process.lambda_true
     if learned is not None:
         out["lambda_learned"] = learned
     if truth is not None:
         out["lambda_true"] = truth.cpu().tolist()
-    if learned is not None and truth is not None and MATCHING in metrics and len(learned) == len(out["lambda_true"]):
-        rec = lambda_recovery(learned, truth.cpu(), metrics[MATCHING])
-        out.update({f"lambda_{k}": v for k, v in rec.items()})
+        if learned is not None and MATCHING in metrics and len(learned) == len(out["lambda_true"]):
+            rec = lambda_recovery(learned, truth.cpu(), metrics[MATCHING])
+            out.update({f"lambda_{k}": v for k, v in rec.items()})
     return out
 
 
@@ -254,35 +253,28 @@ class Progress:
 
     def show(self, step: int, loss: float, metrics: Mapping[str, Any] | None, line: bool) -> None:
         """The loss of a logged step and, at an evaluation, its ``metrics`` (a line only when ``line``)."""
+        postfix = {"loss": f"{loss:.4f}"}
         if metrics is not None:
             self.latest = metrics
-            self.bar.set_postfix(loss=f"{loss:.4f}", r2=f"{metrics['r2_linear']:.3f}", mcc=f"{metrics['mcc_pearson']:.3f}",
-                                 refresh=False)
-        else:
-            self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            postfix.update(r2=f"{metrics['r2_linear']:.3f}", mcc=f"{metrics['mcc_pearson']:.3f}")
+        self.bar.set_postfix(refresh=False, **postfix)
         if self.lines and line:
             rate = (step - self.start_step) / max(time.perf_counter() - self.started, 1e-9)
             print(progress_line(step, self.steps, loss, self.latest, rate), flush=True)
-
-    def update(self) -> None:
-        self.bar.update(1)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 class Trainer:
     """One run's directory, evaluations, checkpoints and summary; ``run()`` trains it and returns the summary."""
 
-    def __init__(self, c: Components, run_dir: Path, progress: bool | None = None):
-        self.c = c
-        self.run_dir = Path(run_dir)
-        self.progress = progress
+    def __init__(self, c: Components, run_dir: Path, progress: bool | None = None, lock: int | None = None):
+        self.c, self.run_dir, self.progress, self.lock = c, Path(run_dir), progress, lock
+        """``lock``: this process's hold on the run directory (:func:`identifiable_cl.rundir.own`), released by
+        :meth:`close`."""
         self.tracker: Tracker = Tracker()
         self.wandb_id: str | None = None
+        """The W&B run id of a packed run (alone, ``WANDB_RUN_ID`` or W&B chooses)."""
         self.wandb_name: str | None = None
         """The W&B run name of a packed run (alone, ``WANDB_NAME``, ``wandb.name`` or the folder's name)."""
-        """The W&B run id of a packed run (alone, ``WANDB_RUN_ID`` or W&B chooses)."""
         self.checkpoint_step: int | None = c.step if (self.run_dir / rundir.CHECKPOINT).exists() else None
 
     @classmethod
@@ -290,14 +282,20 @@ class Trainer:
                components: Components | None = None) -> "Trainer":
         """A new run: everything is built first (or given, as built from ``config``), then the directory is written."""
         c = build(config) if components is None else components
+        check_tracking(c.config)
         run_dir = Path(run_dir)
         if run_dir.exists() and any(run_dir.iterdir()):
             raise ValueError(f"run directory {str(run_dir)!r} exists and is not empty; use --resume to continue it")
         run_dir.mkdir(parents=True, exist_ok=True)
-        rundir.write_config(run_dir, c.config)
-        rundir.write_json(run_dir / rundir.META, rundir.meta(c.device, linear.resolve(c.config["train"]["matmul"])))
-        rundir.save_torch(run_dir / rundir.DGP, c.process.to_dict())
-        return cls(c, run_dir, progress=progress)
+        lock = rundir.own(run_dir)
+        try:
+            rundir.write_config(run_dir, c.config)
+            rundir.write_json(run_dir / rundir.META, rundir.meta(c.device, linear.resolve(c.config["train"]["matmul"])))
+            rundir.save_torch(run_dir / rundir.DGP, c.process.to_dict())
+        except BaseException:
+            rundir.unlock(lock)
+            raise
+        return cls(c, run_dir, progress=progress, lock=lock)
 
     @classmethod
     def resume(cls, run_dir: Path, overrides: Mapping[str, Any] | None = None, progress: bool | None = None) -> "Trainer":
@@ -310,12 +308,18 @@ class Trainer:
         """
         run_dir = Path(run_dir)
         c = load_run(run_dir, overrides, need_checkpoint=False)
+        steps = c.config["train"]["steps"]
+        if steps < c.step:
+            raise ValueError(f"train.steps={steps} is invalid: the run has reached step {c.step}, and a resumed run only "
+                             f"goes on (give train.steps >= {c.step})")
+        check_tracking(c.config)
+        lock = rundir.own(run_dir)
         rundir.remove_stale_temporaries(run_dir)
         rundir.truncate_metrics(run_dir, c.step)
         rundir.write_config(run_dir, c.config)
         for name in (rundir.SUMMARY, rundir.STOPPED):
             (run_dir / name).unlink(missing_ok=True)
-        return cls(c, run_dir, progress=progress)
+        return cls(c, run_dir, progress=progress, lock=lock)
 
     def save_checkpoint(self, pending: bool = False) -> None:
         """Checkpoint the step reached; ``pending``: between two log steps, with the loss accumulated since
@@ -354,9 +358,14 @@ class Trainer:
 
     def close(self, summary: dict[str, Any] | None) -> None:
         """Log the figures of a finished run (``train.figures``) and finish its tracker (``None``: the run failed)."""
-        if summary is not None and self.c.config["train"]["figures"]:
-            self.tracker.log_figures(self.c.step, draw_figures_if_possible(self.run_dir))
-        self.tracker.finish(summary)
+        try:
+            if summary is not None and self.c.config["train"]["figures"]:
+                self.tracker.log_figures(self.c.step, draw_figures_if_possible(self.run_dir))
+            self.tracker.finish(summary)
+        finally:
+            if self.lock is not None:
+                rundir.unlock(self.lock)
+                self.lock = None
 
     def identity(self) -> dict[str, Any]:
         """The identity baseline g(z) at the final evaluation's sizes (measured once, kept in the checkpoint)."""
@@ -393,7 +402,7 @@ class Trainer:
         ckpt_now = c.step % t["checkpoint_every"] == 0 or c.step == t["steps"]
         if log_now or eval_now or ckpt_now:
             if not bool(self._finite):
-                self._progress.close()
+                self._progress.bar.close()
                 self.stop(c.step - self._count + 1)
             record: dict[str, Any] = {"step": c.step, "loss": self._running.item() / self._count}
             self._running.zero_()
@@ -405,7 +414,7 @@ class Trainer:
             self._progress.show(c.step, record["loss"], metrics, log_now or eval_now)
             if ckpt_now:
                 self.save_checkpoint()
-        self._progress.update()
+        self._progress.bar.update(1)
 
     def stop(self, first: int) -> None:
         """The loss diverged between step ``first`` and now: record it in ``stopped.json``, raise NonFiniteLoss."""
@@ -422,9 +431,8 @@ class Trainer:
 
     def end(self) -> dict[str, Any]:
         """After the last step: final checkpoint, summary, readout; returns the summary."""
-        c = self.c
-        progress = self._progress
-        progress.close()
+        c, progress = self.c, self._progress
+        progress.bar.close()
         wall = time.perf_counter() - progress.started
         latest = progress.latest or evaluation(c, final=True)  # a resumed finished run is evaluated once more
         c.extra["wall_s"] = c.extra.get("wall_s", 0.0) + wall
@@ -436,19 +444,10 @@ class Trainer:
         return summary
 
     def summarize(self, metrics: Mapping[str, Any], identity: Mapping[str, Any]) -> dict[str, Any]:
-        c = self.c
-        summary = reported(metrics)
-        summary.update(identity)
-        wall = c.extra["wall_s"]
-        summary.update(
-            steps=c.step,
-            wall_s=wall,
-            steps_per_s=c.extra["steps_timed"] / wall if wall > 0 else math.nan,
-            seed=c.config["seed"],
-            dgp_fingerprint=c.process.fingerprint(),
-            version=__version__,
-        )
-        return summary
+        c, wall = self.c, self.c.extra["wall_s"]
+        return {**reported(metrics), **identity, "steps": c.step, "wall_s": wall,
+                "steps_per_s": c.extra["steps_timed"] / wall if wall > 0 else math.nan, "seed": c.config["seed"],
+                "dgp_fingerprint": c.process.fingerprint(), "version": __version__}
 
     def _readout(self) -> None:
         """Save true vs linearly read-out test latents (for the recovery scatter plots)."""
@@ -490,15 +489,12 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
                 trainers[i].close(summary)
                 results[i] = summary
             active = [i for i in active if i not in results]
-    except KeyboardInterrupt:
+    except BaseException as exc:
         stopped = [i for i in active if i not in results]
         for i in stopped:
             trainers[i].close(None)
-        raise Interrupted("; ".join(trainers[i].interrupted_message() for i in stopped)) from None
-    except BaseException:
-        for i in active:
-            if i not in results:
-                trainers[i].close(None)
+        if isinstance(exc, KeyboardInterrupt):
+            raise Interrupted("; ".join(trainers[i].interrupted_message() for i in stopped)) from None
         raise
     return [results[i] for i in range(len(trainers))]
 

@@ -44,3 +44,13 @@ def test_packing_section_reports(monkeypatch):
 def test_peak_memory_probe_measures_a_fresh_process():
     mib = bench.loss_peak_memory("cosine", 512, "naive")
     assert not math.isnan(mib) and mib > 0
+
+
+@pytest.mark.slow
+def test_overhead_section_reports_fresh_processes():
+    lines = []
+    out = bench.bench_overhead(steps=20, print_fn=lines.append)
+    assert 0 < out["help_s"] < out["one_step_s"] and 0 < out["train_help_s"] < out["one_step_s"]
+    assert 0 < out["one_step_shared_s"] and out["floor_ms"] > 0
+    assert out["run_over_floor"] == pytest.approx(out["run_s"] / 20 / (out["floor_ms"] / 1e3))
+    assert any("20-step default run" in line for line in lines)

@@ -21,6 +21,10 @@
   one batched pack (``identifiable_cl.packing``) against the same K runs stepped one after
   the other, on the default config and on R24's setting (reference encoder, batch 1000):
   aggregate run-steps/s of both and their ratio.
+- overhead: what a run costs besides training, each a fresh ``icl`` process with W&B off: ``icl --help``
+  and ``icl train --help``; a 1-step default run, alone and as a later run of a sweep does it (identity
+  baseline shared, ``train.figures`` false); the default run's wall time per step against its encoder's own
+  forward+backward+Adam step.
 Every section runs on one device (``icl bench --device``; default CUDA when present), except
 the scikit-learn side of the evaluation section, which is CPU code. All ratios are measured side
 by side in one process, the calls they compare taken in turn; on a GPU each call is timed by
@@ -30,11 +34,14 @@ CUDA events recorded around it after warm-up.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
@@ -206,7 +213,7 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, devic
     return rows
 
 
-SECTIONS = ("sampling", "evaluation", "loss", "training", "precision", "packing")
+SECTIONS = ("sampling", "evaluation", "loss", "training", "precision", "packing", "overhead")
 PACKING_CASES: list[tuple[str, str | None, dict[str, Any]]] = [
     ("default config", None, {}),
     ("R24 sphere, reference encoder", "sphere", {
@@ -385,6 +392,59 @@ def bench_packing(sizes: Iterable[int] | None = None, steps: int = 5, device: to
     return rows
 
 
+def _wall(argv: list[str], env: dict[str, str], reps: int = 1) -> float:
+    """Median wall seconds of running ``argv`` to its end (a ValueError with its output if it fails)."""
+    times = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        done = subprocess.run(argv, env=env, capture_output=True, text=True)
+        times.append(time.perf_counter() - started)
+        if done.returncode != 0:
+            raise ValueError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    return statistics.median(times)
+
+
+def bench_overhead(steps: int = 3000, device: torch.device | None = None,
+                   print_fn: Callable[[str], None] = print) -> dict[str, float]:
+    """Seconds of ``icl --help``, ``icl train --help`` and 1-step default runs (alone; sharing the identity
+    baseline with figures off), and the ratio of a ``steps``-step default run's wall time per step to the
+    encoder's own step on its batch (the run's floor)."""
+    from identifiable_cl.components import build, load_config
+    from identifiable_cl.rundir import IDENTITY_CACHE
+
+    device = device or bench_device()
+    icl = [sys.executable, "-m", "identifiable_cl.cli"]
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "WANDB_MODE": "disabled", IDENTITY_CACHE: str(Path(tmp) / "shared")}
+
+        def train(name: str, *options: str) -> float:
+            return _wall([*icl, "train", "--quiet", f"--device={device}", "--run-dir", str(Path(tmp) / name),
+                          *options], env)
+
+        out = {"help_s": _wall([*icl, "--help"], env, 3), "train_help_s": _wall([*icl, "train", "--help"], env, 3),
+               "one_step_s": train("one", "--train.steps=1"),
+               "one_step_shared_s": train("shared", "--train.steps=1", "--train.figures=false"),
+               "run_s": train("run", f"--train.steps={steps}")}
+    c = build(load_config(None, {"device": str(device)}))
+    x = c.process.sample(c.config["train"]["batch_size"], c.batches)
+    rows = torch.cat([x.x, x.x_pos])
+
+    def floor() -> None:
+        c.optimizer.zero_grad(set_to_none=True)
+        c.encoder(rows).sum().backward()
+        c.optimizer.step()
+
+    out["floor_ms"] = timed(floor, 20, device=device) * 1e3
+    out["run_over_floor"] = out["run_s"] / steps / (out["floor_ms"] / 1e3)
+    print_fn(f"\nper-run overhead on {device} (fresh icl processes, W&B off)")
+    print_fn(f"icl --help {out['help_s']:.2f} s, icl train --help {out['train_help_s']:.2f} s")
+    print_fn(f"1-step default run {out['one_step_s']:.2f} s; as a later run of a sweep (identity baseline shared, "
+             f"no figures) {out['one_step_shared_s']:.2f} s")
+    print_fn(f"{steps}-step default run {out['run_s']:.1f} s: {out['run_s'] / steps * 1e3:.1f} ms per step, "
+             f"{out['run_over_floor']:.2f}x its encoder's own step ({out['floor_ms']:.1f} ms)")
+    return out
+
+
 def run_bench(quick: bool = False, sections: Iterable[str] | None = None, device: str | None = None,
               print_fn: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the selected sections (all by default) on ``device`` (see :func:`bench_device`) and return their rows."""
@@ -410,4 +470,6 @@ def run_bench(quick: bool = False, sections: Iterable[str] | None = None, device
     if "packing" in sections:
         out["packing"] = bench_packing(sizes=PACK_SIZES[on.type][:2] if quick else None, steps=2 if quick else 5,
                                        device=on, print_fn=print_fn)
+    if "overhead" in sections:
+        out["overhead"] = bench_overhead(steps=300 if quick else 3000, device=on, print_fn=print_fn)
     return out

@@ -1,8 +1,10 @@
-"""``icl bench``: sampling, evaluation, loss, training, precision and packing figures of this machine."""
+"""``icl bench``: sampling, evaluation, loss, training, precision, packing and per-run overhead figures of this machine."""
 
 from __future__ import annotations
 
 import argparse
+
+from identifiable_cl.cli import VERBS
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,7 +18,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``bench`` to the ``icl`` subcommands."""
     from identifiable_cl.benchmarks import DEVICES, SECTIONS
 
-    p = subparsers.add_parser("bench", help="print sampling, evaluation, loss, training and precision figures")
+    p = subparsers.add_parser("bench", help=VERBS["bench"])
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a fast look")
     p.add_argument("--only", nargs="*", choices=SECTIONS, help="run only these sections")
     p.add_argument("--device", choices=DEVICES,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from identifiable_cl.config import OVERRIDE, dump, key_listing, parse_overrides
+from identifiable_cl.arguments import OVERRIDE
+from identifiable_cl.cli import VERBS
 from identifiable_cl.components import load_config
+from identifiable_cl.config import dump, key_listing, parse_overrides
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,7 +31,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``config`` to the ``icl`` subcommands."""
     p = subparsers.add_parser(
         "config",
-        help="print the resolved, checked config of a run, or every config key (--keys)",
+        help=VERBS["config"],
         description="Print, as YAML, the config icl train would run with the same CONFIG and overrides: the "
         "defaults, then CONFIG (a YAML file or packaged preset), then the --dotted.key=value overrides, fully "
         "checked. With --keys, list every key with its type, default, allowed values and meaning, and the "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from identifiable_cl.cli import VERBS
 from identifiable_cl.cli.tables import results_table
 
 
@@ -14,9 +15,11 @@ def run(args: argparse.Namespace) -> int:
     from identifiable_cl.config import parse_overrides
     from identifiable_cl.training import evaluate_run
 
-    summary = evaluate_run(Path(args.run_dir), parse_overrides(args.overrides))
-    print(results_table(summary))
-    rundir.write_json(Path(args.run_dir) / rundir.EVALUATION, summary)
+    run_dir = Path(args.run_dir)
+    with rundir.owned(run_dir):
+        summary = evaluate_run(run_dir, parse_overrides(args.overrides))
+        print(results_table(summary))
+        rundir.write_json(run_dir / rundir.EVALUATION, summary)
     print(f"written to {Path(args.run_dir) / rundir.EVALUATION}")
     return 0
 
@@ -25,7 +28,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``evaluate`` to the ``icl`` subcommands."""
     p = subparsers.add_parser(
         "evaluate",
-        help="re-evaluate a saved run from its saved DGP and checkpoint",
+        help=VERBS["evaluate"],
         description="Final-size held-out metrics of the run's last checkpoint beside the identity baseline, "
         "printed, then written to RUN_DIR/evaluation.json. The eval.* keys can be overridden as "
         "--eval.key=value (e.g. --eval.final_n_fit=4096 --eval.nonlinear=False); the run's files are only read.",

@@ -6,6 +6,8 @@ import argparse
 import inspect
 from typing import Any
 
+from identifiable_cl.cli import VERBS
+
 SUPPLIED = {"losses": ("dim",), "encoders": ("input_dim", "latent_dim")}
 """Options that ``icl`` itself passes when it builds a component of the kind (not set in a config)."""
 
@@ -59,7 +61,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``plugins`` to the ``icl`` subcommands."""
     p = subparsers.add_parser(
         "plugins",
-        help="list every registered component by kind and name, with its origin and options",
+        help=VERBS["plugins"],
         description="Every registered component (built-in or from an installed plugin) by kind and name, "
         "where it came from, and below it each option with its default and, where the component "
         "declares it (OPTION_DOCS), what it means.",

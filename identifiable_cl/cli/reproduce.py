@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from identifiable_cl.cli import VERBS
 from identifiable_cl.reproduce.experiment import EXPERIMENTS_DIR, SCALES, experiment_names, load_experiment
 from identifiable_cl.reproduce.runner import DEFAULT_OUT, reproduce
 
@@ -47,7 +48,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``reproduce`` to the ``icl`` subcommands."""
     p = subparsers.add_parser(
         "reproduce",
-        help="rerun a paper's experiments (experiments/NAME) and check its claims",
+        help=VERBS["reproduce"],
         description="Run every configuration of experiments/NAME/experiment.yaml over seeds through the local "
         "sweep runner, then write OUT/results.md: mean ± std beside the reference numbers and the identity "
         "baseline, a verdict per claim, and figures. Rerunning skips finished runs.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from identifiable_cl.aggregate import DEFAULT_METRICS, FORMATS, results
+from identifiable_cl.cli import VERBS
 
 
 def _keys(text: str | None) -> list[str] | None:
@@ -20,7 +21,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``results`` to the ``icl`` subcommands."""
     p = subparsers.add_parser(
         "results",
-        help="mean ± std over seeds of finished runs, grouped by the swept parameters",
+        help=VERBS["results"],
         description="Read sweep run folders and run directories under DIR..., group them by the swept "
         "parameters except the seed, and print mean ± std, the number of seeds and failed runs per group.",
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from identifiable_cl.cli import VERBS
 from identifiable_cl.packaged import SWEEPS_DIR
 from identifiable_cl.sweeps.spec import load_sweep
 
@@ -26,11 +27,13 @@ def sweep_names() -> list[str]:
     return sorted(p.stem for p in SWEEPS_DIR.glob(f"*{SUFFIX}"))
 
 
-def packaged_sweep(name: str) -> Path:
-    """The packaged sweep file ``name`` (with or without ``.yaml``); ValueError listing the names if there is none."""
+def packaged_sweep(name: str, missing: str | None = None) -> Path:
+    """The packaged sweep file ``name`` (with or without ``.yaml``); ValueError listing the names if there is none
+    (``missing``: what it says first)."""
     stem = name.removesuffix(SUFFIX)
     if stem not in sweep_names():
-        raise ValueError(f"no packaged sweep {name!r}; packaged sweeps: {', '.join(sweep_names()) or 'none'}")
+        raise ValueError(f"{missing or f'no packaged sweep {name!r}'}; packaged sweeps: "
+                         f"{', '.join(sweep_names()) or 'none'}")
     return SWEEPS_DIR / f"{stem}{SUFFIX}"
 
 
@@ -39,19 +42,15 @@ def sweep_file(arg: str) -> Path:
     path = Path(arg)
     if path.is_file():
         return path
-    try:
-        return packaged_sweep(arg)
-    except ValueError:
-        raise ValueError(
-            f"sweep file {arg!r} does not exist and is not a packaged sweep; packaged sweeps: "
-            f"{', '.join(sweep_names()) or 'none'}"
-        ) from None
+    return packaged_sweep(arg, f"sweep file {arg!r} does not exist and is not a packaged sweep")
 
 
 def _summary(path: Path) -> str:
     """One line about a sweep file: its method and description (or its first comment line)."""
+    from identifiable_cl.config import load_yaml
+
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml(path.read_text())
     except yaml.YAMLError:
         return "(not valid YAML)"
     raw = raw if isinstance(raw, dict) else {}
@@ -66,8 +65,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     names = sweep_names()
     if not names:
         print(f"no sweep files in {SWEEPS_DIR}")
-        return 0
-    width = max(len(n) for n in names)
+    width = max(map(len, names), default=0)
     for name in names:
         print(f"{name:<{width}}  {_summary(SWEEPS_DIR / f'{name}{SUFFIX}')}")
     return 0
@@ -96,13 +94,11 @@ def _devices(text: str | None) -> list[str] | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from identifiable_cl.sweeps.search import run_sweep
     from identifiable_cl.sweeps.plan import plan_runs, rendered_train_arguments
+    from identifiable_cl.sweeps.search import CHECKED_POINTS, check_space, run_search, run_sweep
 
     spec = load_sweep(sweep_file(args.file))
     if spec.method == "bayes":
-        from identifiable_cl.sweeps.search import CHECKED_POINTS, check_space, run_search
-
         if args.pack > 1:
             raise ValueError("--pack: a bayes search proposes its runs one at a time; run it without --pack")
         if args.dry_run:
@@ -185,7 +181,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``sweep`` with ``run``, ``submit``, ``check``, ``list`` and ``copy`` to the ``icl`` subcommands."""
     parser = subparsers.add_parser(
         "sweep",
-        help="run a W&B sweep file locally or on a cluster",
+        help=VERBS["sweep"],
         description="Sweep files are plain W&B sweep YAML (sweeps/*.yaml). Online: `wandb sweep FILE` then "
         "`wandb agent SWEEP_ID`. Offline, without a W&B server: `icl sweep run FILE`. FILE may also be the name "
         "of a packaged sweep file (`icl sweep list`); `icl sweep copy NAME` copies one to edit.",

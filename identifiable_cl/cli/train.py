@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from identifiable_cl import arguments
+from identifiable_cl.cli import VERBS
 from identifiable_cl.cli.tables import results_table
 from identifiable_cl.config import key_listing, parse_overrides
 from identifiable_cl.components import load_config
@@ -25,15 +26,21 @@ def default_run_dir(out: Path, config: Mapping[str, Any]) -> Path:
     return path
 
 
+MAX_PACK = 1024
+"""The most runs one ``--pack-seeds`` process trains."""
+
+
 def parse_seeds(text: str) -> list[int]:
-    """``--pack-seeds``: ``0-7``, ``1,3,5`` or a mix (``0-3,8``); each seed once."""
+    """``--pack-seeds``: ``0-7``, ``1,3,5`` or a mix (``0-3,8``); each seed once, at most :data:`MAX_PACK`."""
     seeds: list[int] = []
     for part in text.split(","):
         match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
         if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
             raise ValueError(f"--pack-seeds={text!r} is invalid: expected seeds like 0-7, 1,3,5 or 0-3,8")
-        first = int(match.group(1))
-        seeds += range(first, int(match.group(2) or first) + 1)
+        first, last = int(match.group(1)), int(match.group(2) or match.group(1))
+        if len(seeds) + last - first + 1 > MAX_PACK:
+            raise ValueError(f"--pack-seeds={text!r} is invalid: more than {MAX_PACK} runs in one pack")
+        seeds += range(first, last + 1)
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"--pack-seeds={text!r} is invalid: a seed is listed twice")
     return seeds
@@ -143,33 +150,29 @@ def stoppable():
 
 
 def run(args: argparse.Namespace) -> int:
-    with stoppable():
-        return _run(args)
-
-
-def _run(args: argparse.Namespace) -> int:
     from identifiable_cl.training import Trainer
 
-    overrides = parse_overrides(args.overrides)
-    if args.pack_file is not None:
-        if overrides or args.config or args.pack_seeds or args.resume or args.run_dir:
-            raise ValueError("--pack-file lists every run's arguments; give nothing else")
-        return cmd_train_pack_file(args)
-    if args.pack_seeds is not None:
-        return cmd_train_packed(args, overrides)
-    progress = False if args.quiet else None
-    if args.resume:
-        if args.config:
-            raise ValueError("--resume takes the config saved in the run directory; do not pass CONFIG too")
-        trainer = Trainer.resume(Path(args.resume), overrides, progress=progress)
-    else:
-        config = load_config(args.config, overrides)
-        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(Path(args.out), config)
-        trainer = Trainer.create(config, run_dir, progress=progress)
-        print(f"run directory: {run_dir}")
-        print(trainer.c.process.describe())
-    print(results_table(trainer.run()))
-    return 0
+    with stoppable():
+        overrides = parse_overrides(args.overrides)
+        if args.pack_file is not None:
+            if overrides or args.config or args.pack_seeds or args.resume or args.run_dir:
+                raise ValueError("--pack-file lists every run's arguments; give nothing else")
+            return cmd_train_pack_file(args)
+        if args.pack_seeds is not None:
+            return cmd_train_packed(args, overrides)
+        progress = False if args.quiet else None
+        if args.resume:
+            if args.config:
+                raise ValueError("--resume takes the config saved in the run directory; do not pass CONFIG too")
+            trainer = Trainer.resume(Path(args.resume), overrides, progress=progress)
+        else:
+            config = load_config(args.config, overrides)
+            run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(Path(args.out), config)
+            trainer = Trainer.create(config, run_dir, progress=progress)
+            print(f"run directory: {run_dir}")
+            print(trainer.c.process.describe())
+        print(results_table(trainer.run()))
+        return 0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -182,7 +185,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``train`` to the ``icl`` subcommands."""
     p = subparsers.add_parser(
         "train",
-        help="train an encoder and measure latent recovery",
+        help=VERBS["train"],
         description="Train one run. Any config key can be overridden as --dotted.key=value "
         "(e.g. --loss.tau=0.1 --dgp.conditional.kappa=5; key=value, +key=value and ++key=value also work).",
         epilog="config keys (default, allowed values, meaning):\n" + key_listing(),

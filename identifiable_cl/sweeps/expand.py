@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import random
 from typing import Any, Iterator
 
@@ -37,6 +38,29 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+MAX_GRID_RUNS = 100_000
+"""A grid of more runs than this is refused before any of it is enumerated."""
+
+
+def grid_count(p: Parameter) -> int:
+    """How many values a grid takes for one parameter (before repeats are dropped)."""
+    s = p.spec
+    if p.kind == "int_uniform":
+        return max(0, s["max"] - s["min"] + 1)
+    if p.kind == "q_uniform":
+        return max(0, math.ceil((s["max"] - s["min"]) / s["q"]))
+    return len(s["values"]) if p.kind == "categorical" else 1
+
+
+def check_grid_size(parameters: tuple[Parameter, ...]) -> None:
+    """A ValueError giving the size of a grid of more than :data:`MAX_GRID_RUNS` runs."""
+    counts = {p.name: grid_count(p) for p in parameters if p.kind != "constant"}
+    if math.prod(counts.values()) > MAX_GRID_RUNS:
+        sizes = " × ".join(f"{n:,} ({name})" for name, n in counts.items())
+        raise ValueError(f"parameters: the grid has {math.prod(counts.values()):,} points ({sizes}), more than the "
+                         f"limit of {MAX_GRID_RUNS:,}; take fewer values, a coarser q, or method random with run_cap")
 
 
 def grid_values(p: Parameter) -> list[Any]:
@@ -62,6 +86,7 @@ def value_identity(value: Any) -> str:
 
 def grid(parameters: tuple[Parameter, ...]) -> Iterator[dict[str, Any]]:
     """All grid points in W&B's order, without repeats."""
+    check_grid_size(parameters)
     constants = {p.name: p.spec["value"] for p in parameters if p.kind == "constant"}
     varying = [p for p in parameters if p.kind != "constant"]
     tables = [{value_identity(v): v for v in grid_values(p)} for p in varying]  # equal values: the last spelling

@@ -39,7 +39,6 @@ sweep's command to be ``... icl train ...``.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import json
 import os
@@ -58,7 +57,9 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from dgp.files import load_tensors
-from identifiable_cl.rundir import CHECKPOINT, IDENTITY_CACHE, SUMMARY, read_json, read_metrics, write_json
+from identifiable_cl.config import load_yaml
+from identifiable_cl.rundir import CHECKPOINT, IDENTITY_CACHE, SUMMARY, lock, read_json, read_metrics, write_json
+from identifiable_cl.rundir import unlock as release
 from identifiable_cl.sweeps.plan import PlannedRun
 from identifiable_cl.sweeps.render import describe, render_command
 from identifiable_cl.sweeps.spec import SweepSpec
@@ -146,7 +147,7 @@ def write_params(path: Path, params: Mapping[str, Any]) -> None:
 def read_params(path: Path) -> dict[str, Any]:
     """The ``{key: value}`` pairs of a W&B config file; a ValueError naming it when damaged."""
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = load_yaml(Path(path).read_text()) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ValueError(f"{path}: cannot be read as YAML ({exc})") from exc
     if not isinstance(data, dict) or any(
@@ -208,7 +209,8 @@ class Busy(Exception):
 
 
 def claim(run: PlannedRun) -> int:
-    """Take the run's lock without waiting; returns its file descriptor, or raises :class:`Busy`.
+    """Take the run's lock without waiting (:func:`identifiable_cl.rundir.lock`); returns its file descriptor,
+    or raises :class:`Busy`.
 
     The lock (``flock``) is inherited by the run's process, so it stays held while either the
     runner or the run lives: a second runner on the same sweep and ``--out`` skips the run, and
@@ -216,20 +218,12 @@ def claim(run: PlannedRun) -> int:
     beside the folder, since the folder itself is replaced when the run restarts.
     """
     run.folder.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run.folder.parent / f".{run.folder.name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = lock(run.folder)
+    if fd is None:
         status = read_status(run.folder) or {}
         pids = ", ".join(f"{k} {status[k]}" for k in ("owner_pid", "pid") if status.get(k))
-        raise Busy(f"{run.folder} is owned by a live process ({pids or 'pid unknown'}); left alone") from None
+        raise Busy(f"{run.folder} is owned by a live process ({pids or 'pid unknown'}); left alone")
     return fd
-
-
-def release(fd: int) -> None:
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    os.close(fd)
 
 
 INTERRUPTED_EXIT = 130

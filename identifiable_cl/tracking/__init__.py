@@ -26,6 +26,14 @@ class Tracker:
         """The final summary, or None when the run stopped with an error."""
 
 
+def check_tracking(config: Mapping[str, Any]) -> None:
+    """A ValueError for tracking settings that would fail once the run has started (an unknown W&B mode in
+    ``wandb.mode`` or ``WANDB_MODE``), checked before a run writes anything."""
+    from identifiable_cl.tracking.wandb import resolve_mode
+
+    resolve_mode((config.get("wandb") or {}).get("mode"))
+
+
 def open_tracker(config: Mapping[str, Any], run_dir: Path, shared: bool = False, run_id: str | None = None,
                  name: str | None = None) -> Tracker:
     """The W&B tracker when the ``wandb`` extra is installed and not disabled, else a silent one.

@@ -69,9 +69,12 @@ def checkpoint_step(run) -> int:
 
 
 def job_state(job_id: str) -> str:
-    """The job's state in squeue (PENDING, RUNNING, ...), or '' once Slurm has ended it."""
-    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout
-    return out.strip()
+    """The job's state in squeue (PENDING, RUNNING, ...), '' once Slurm has ended it, or '?' when squeue
+    does not answer (a busy controller)."""
+    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True)
+    if out.returncode != 0:
+        return "" if "Invalid job id" in out.stderr else "?"  # the controller forgot it, or is busy
+    return out.stdout.strip()
 
 
 def started(run, job_id: str) -> int:
@@ -113,7 +116,10 @@ def test_a_warned_or_preempted_task_checkpoints_and_is_requeued_to_finish(slurm,
     wait(lambda: (read_status(run.folder) or {}).get("exit_code") == 130, 120, "the run to stop interrupted")
     kept = checkpoint_step(run)
     wait(lambda: job_state(job_id) == "PENDING", 120, "the job to be requeued")
-    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)  # Slurm holds it 120 s
+    # Slurm holds a requeued job for 120 s; started at once, it would get a credential of the same second as
+    # the revoked one of its first attempt, which slurmd refuses: wait two seconds, then release it
+    time.sleep(2)
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)
     ended(job_id)
     status = read_status(run.folder)
     assert (status["state"], status["exit_code"], status["resumed_from_step"]) == ("finished", 0, kept), status

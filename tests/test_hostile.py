@@ -1,0 +1,104 @@
+"""Hostile input at the command line: each case ends with its exit code and one line naming the key, value or
+file at fault, within a time limit (no hang), without a traceback, and with the files it was given unchanged.
+
+A case is ``(argv, files, code, message)``: ``files`` are written into a fresh folder first (the run
+folders of ``RUN``-using cases are trained once per session), ``argv`` runs there as ``icl ...``.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from identifiable_cl import rundir
+
+TIMEOUT = 120
+DEEP = "x: " + "[" * 5000 + "]" * 5000 + "\n"
+LAUGHS = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}' if i else 'lol'] * 9)}]\n" for i in range(9))
+GRID = "name: g\nmethod: grid\ncommand: [icl, train, '${args}']\nparameters:\n"
+
+CASES = {
+    "config with a duplicate key": (
+        ["train", "c.yaml"], {"c.yaml": "loss:\n  tau: 0.1\nloss:\n  tau: 0.2\n"}, 2,
+        "config file 'c.yaml' is not valid YAML: line 3, column 1: the key 'loss' appears twice (first on line 1)"),
+    "config whose key is not a string": (
+        ["train", "c.yaml"], {"c.yaml": "1: 2\n"}, 2,
+        "config file 'c.yaml' is not valid YAML: line 1, column 1: the key 1 is not a string (quote it)"),
+    "config nested thousands deep": (
+        ["config", "c.yaml"], {"c.yaml": DEEP}, 2, "is not valid YAML: line 1, column 67: nested deeper than 64 levels"),
+    "alias bomb in a config": (
+        ["train", "c.yaml"], {"c.yaml": LAUGHS}, 2,
+        "config file 'c.yaml' is not valid YAML: line 6, column 15: "
+        "more than 200000 values once its aliases are expanded"),
+    "alias bomb in a sweep's values": (
+        ["sweep", "check", "s.yaml"], {"s.yaml": LAUGHS + GRID + "  seed: {values: *l8}\n"}, 1,
+        "values once its aliases are expanded"),
+    "alias bomb under wandb.tags": (
+        ["train", "c.yaml"], {"c.yaml": LAUGHS.replace("l", "t") + "wandb:\n  tags: *t8\n"}, 2,
+        "values once its aliases are expanded"),
+    "sweep nested thousands deep": (
+        ["sweep", "check", "s.yaml"], {"s.yaml": GRID + "  seed: {values: [0]}\n" + DEEP}, 1,
+        "nested deeper than 64 levels"),
+    "a pack of a hundred million seeds": (
+        ["train", "--pack-seeds", "0-99999999"], {}, 2,
+        "--pack-seeds='0-99999999' is invalid: more than 1024 runs in one pack"),
+    "an unknown W&B mode, before anything is written": (
+        ["train", "--wandb.mode=bogus", "--run-dir", "fresh"], {}, 2,
+        "wandb.mode='bogus' is invalid: allowed: "),
+    "grid of q_uniform with a tiny q": (
+        ["sweep", "check", "s.yaml"],
+        {"s.yaml": GRID + "  loss.tau: {distribution: q_uniform, min: 0.0, max: 1.0, q: 1.0e-7}\n"}, 1,
+        "the grid has 10,000,000 points (10,000,000 (loss.tau)), more than the limit of 100,000"),
+}
+
+
+RUN_CASES = {
+    "resume of a run another process is writing": (["train", "--resume", "run"], True, 2,
+                                                   "run directory 'run' is being written by another process (pid "),
+    "evaluate of a run another process is writing": (["evaluate", "run"], True, 2, "is being written by another"),
+    "plot of a run another process is writing": (["plot", "run"], True, 2, "is being written by another"),
+    "resume that would shorten a finished run": (
+        ["train", "--resume", "run", "--train.steps=5"], False, 2,
+        "train.steps=5 is invalid: the run has reached step 20, and a resumed run only goes on"),
+}
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def icl(argv, cwd: Path) -> tuple[int, str]:
+    """``icl argv`` in ``cwd`` with W&B off: its exit code and what it said, asserted to be one line without a
+    traceback, within the time limit."""
+    done = subprocess.run([sys.executable, "-m", "identifiable_cl.cli", *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=TIMEOUT, env={**os.environ, "WANDB_MODE": "disabled"})
+    said = (done.stderr + done.stdout).strip()
+    assert "Traceback" not in said and len(said.splitlines()) == 1, said
+    return done.returncode, said
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_hostile_input_gets_one_clear_line(case, tmp_path):
+    argv, files, code, message = CASES[case]
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    before = snapshot(tmp_path)
+    exit_code, said = icl(argv, tmp_path)
+    assert exit_code == code and message in said, said
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("case", list(RUN_CASES))
+def test_hostile_use_of_a_run_folder_gets_one_clear_line(case, run):
+    argv, held, code, message = RUN_CASES[case]
+    before = snapshot(run)
+    lock = rundir.own(run) if held else None  # as a run training in another process holds it
+    try:
+        exit_code, said = icl(argv, run.parent)
+    finally:
+        if lock is not None:
+            rundir.unlock(lock)
+    assert exit_code == code and message in said, said
+    assert snapshot(run) == before

@@ -415,7 +415,7 @@ def bench_overhead(steps: int = 3000, device: torch.device | None = None,
     device = device or bench_device()
     icl = [sys.executable, "-m", "identifiable_cl.cli"]
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "WANDB_MODE": "disabled", IDENTITY_CACHE: str(Path(tmp) / "shared")}
+        env = {**os.environ, "WANDB_MODE": "disabled", IDENTITY_CACHE: str(Path(tmp) / "identity")}
 
         def train(name: str, *options: str) -> float:
             return _wall([*icl, "train", "--quiet", f"--device={device}", "--run-dir", str(Path(tmp) / name),
@@ -423,7 +423,7 @@ def bench_overhead(steps: int = 3000, device: torch.device | None = None,
 
         out = {"help_s": _wall([*icl, "--help"], env, 3), "train_help_s": _wall([*icl, "train", "--help"], env, 3),
                "one_step_s": train("one", "--train.steps=1"),
-               "one_step_shared_s": train("shared", "--train.steps=1", "--train.figures=false"),
+               "one_step_shared_s": train("later", "--train.steps=1", "--train.figures=false"),
                "run_s": train("run", f"--train.steps={steps}")}
     c = build(load_config(None, {"device": str(device)}))
     x = c.process.sample(c.config["train"]["batch_size"], c.batches)

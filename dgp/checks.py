@@ -84,6 +84,19 @@ def positive(key: str, value: Any) -> float:
     return v
 
 
+FLOAT32_RANGE = (1.1754943508222875e-38, 3.4028234663852886e38)
+"""The positive normal numbers float32 holds: a scale outside them becomes 0 or inf in a float32 run."""
+
+
+def float32_positive(key: str, value: Any) -> float:
+    """A positive number a float32 computation holds as such (:data:`FLOAT32_RANGE`)."""
+    v = positive(key, value)
+    if not FLOAT32_RANGE[0] <= v <= FLOAT32_RANGE[1]:
+        fail(key, value, f"must lie in [{FLOAT32_RANGE[0]:.3g}, {FLOAT32_RANGE[1]:.3g}]: float32 turns it into "
+                         f"{'0' if v < 1 else 'inf'}")
+    return v
+
+
 def non_negative(key: str, value: Any) -> float:
     v = number(key, value)
     if v < 0:

@@ -54,6 +54,9 @@ def train(
     ``overrides`` (``{"loss.tau": 0.1}`` or ``["--loss.tau=0.1"]``) come last. Every run writes its
     run directory: ``run_dir``, or a new temporary folder (kept; its path is ``result.run_dir``).
     """
+    if config is not None and not isinstance(config, (Mapping, str, Path)):
+        raise ValueError(f"config of type {type(config).__name__} is invalid: give None, a YAML file or preset name, "
+                         "or a mapping of config keys")
     if not isinstance(overrides, Mapping):
         overrides = parse_overrides(overrides)
     if isinstance(config, Mapping):

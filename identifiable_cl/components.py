@@ -152,6 +152,8 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mappi
     Checked by :func:`identifiable_cl.config.validate` and :func:`check`, so a config this
     returns builds and trains.
     """
+    if path is not None and not isinstance(path, (str, Path)):
+        raise ValueError(f"config of type {type(path).__name__} is invalid: give None, a YAML file or a preset name")
     config = copy.deepcopy(DEFAULTS)
     if path is not None:
         path = resolve_config_path(path)
@@ -229,6 +231,8 @@ def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_
     ``config.yaml``. ``overrides`` may change only the keys under :data:`RESUMABLE`. Every
     problem (a missing, foreign, truncated or edited file) is a ValueError naming the file.
     """
+    if not isinstance(run_dir, (str, Path)):
+        raise ValueError(f"run_dir of type {type(run_dir).__name__} is invalid: give a run directory's path")
     run_dir = Path(run_dir)
     if not rundir.is_run_dir(run_dir):
         raise ValueError(f"{str(run_dir)!r} is not a run directory (no {rundir.CONFIG} and {rundir.DGP})")

@@ -284,9 +284,12 @@ def parse_overrides(args: Iterable[str]) -> dict[str, Any]:
     ``${args}``), ``key=value`` (``${args_no_hyphens}``), ``+key=value`` / ``++key=value``
     (``${args_append_hydra}`` / ``${args_override_hydra}``).
     """
+    if isinstance(args, (str, bytes)) or not isinstance(args, Iterable):
+        raise ValueError(f"overrides={args!r} is invalid: give a list of arguments (['--loss.tau=0.1']) or a mapping "
+                         "({'loss.tau': 0.1})")
     out: dict[str, Any] = {}
     for arg in args:
-        match = OVERRIDE.fullmatch(arg)
+        match = OVERRIDE.fullmatch(arg) if isinstance(arg, str) else None
         if not match:
             raise ValueError(
                 f"cannot read the argument {arg!r}: overrides are written --dotted.key=value "

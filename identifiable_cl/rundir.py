@@ -50,11 +50,6 @@ IDENTITY_CACHE = "ICL_IDENTITY_CACHE"
 process and evaluation (the local runner sets it to the sweep's ``.identity`` folder)."""
 
 
-def is_run(folder: Path) -> bool:
-    """Whether ``folder`` holds a run (its ``config.yaml``)."""
-    return (Path(folder) / CONFIG).is_file()
-
-
 def lock(folder: Path) -> int | None:
     """Take the lock of ``folder`` (an ``flock`` of ``.<name>.lock`` beside it, in its existing parent, recording
     the holder's pid) without waiting: its file descriptor, or None when another process holds it. A process
@@ -97,7 +92,7 @@ def own(folder: Path) -> int:
 def owned(folder: Path) -> Iterator[None]:
     """Within this block this process is the one writer of the run in ``folder`` (:func:`own`); a folder that
     holds no run is left untouched (what reads it fails, and writes nothing)."""
-    fd = own(folder) if is_run(folder) else None
+    fd = own(folder) if is_run_dir(folder) else None
     try:
         yield
     finally:

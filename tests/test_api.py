@@ -74,3 +74,18 @@ def test_a_saved_process_round_trips_and_a_crafted_file_is_refused(tmp_path):
     assert not (tmp_path / "executed").exists()
     with pytest.raises(ValueError, match="missing"):
         icl.load_process(tmp_path / "nothing.pt")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: icl.train(3), r"^config of type int is invalid: give None, a YAML file or preset name, or a mapping"),
+    (lambda: icl.train([1, 2]), r"^config of type list is invalid"),
+    (lambda: icl.train("box", "loss.tau=0.1"), r"^overrides='loss.tau=0.1' is invalid: give a list of arguments"),
+    (lambda: icl.train(None, [3]), r"^cannot read the argument 3: overrides are written --dotted.key=value"),
+    (lambda: icl.load_config(3.5), r"^config of type float is invalid: give None, a YAML file or a preset name$"),
+    (lambda: icl.load_run(None), r"^run_dir of type NoneType is invalid: give a run directory's path$"),
+])
+def test_arguments_of_the_wrong_type_are_a_value_error_naming_the_argument(call, message, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(ValueError, match=message):
+        call()
+    assert list(tmp_path.iterdir()) == []

@@ -1,5 +1,5 @@
 """Hostile input at the command line: each case ends with its exit code and one line naming the key, value or
-file at fault, within a time limit (no hang), without a traceback, and with the files it was given unchanged.
+file at fault (a sweep file: a line per problem), within a time limit (no hang), without a traceback, and with the files it was given unchanged.
 
 A case is ``(argv, files, code, message)``: ``files`` are written into a fresh folder first (the run
 folders of ``RUN``-using cases are trained once per session), ``argv`` runs there as ``icl ...``.
@@ -47,6 +47,25 @@ CASES = {
     "an unknown W&B mode, before anything is written": (
         ["train", "--wandb.mode=bogus", "--run-dir", "fresh"], {}, 2,
         "wandb.mode='bogus' is invalid: allowed: "),
+    "a pack file holding a list of nothing": (
+        ["train", "--pack-file", "p.json"], {"p.json": "[]"}, 2,
+        "--pack-file 'p.json': expected a non-empty JSON list of runs"),
+    "a pack file holding an object": (
+        ["train", "--pack-file", "p.json"], {"p.json": "{}"}, 2,
+        "--pack-file 'p.json': expected a non-empty JSON list of runs"),
+    "a sweep whose command passes no parameters": (
+        ["sweep", "check", "s.yaml"], {"s.yaml": GRID.replace(", '${args}'", "") + "  seed: {values: [0, 1]}\n"}, 1,
+        "passes no argument macro"),
+    "a bayes sweep without a metric": (
+        ["sweep", "check", "s.yaml"],
+        {"s.yaml": GRID.replace("grid", "bayes") + "  loss.tau: {min: 0.05, max: 0.5}\n"}, 1,
+        "metric: a bayes search needs the metric to optimise"),
+    "a temperature float32 turns into 0": (
+        ["config", "--loss.tau=1e-320"], {}, 2,
+        "loss.tau=1e-320 is invalid: must lie in [1.18e-38, 3.4e+38]: float32 turns it into 0"),
+    "a concentration float32 cannot hold": (
+        ["config", "--dgp.conditional.name=anisotropic", "--dgp.conditional.lambdas=[1.0e-300,1,1,1,1,1,1,1,1,1]"], {},
+        2, "every entry must lie in [1.18e-38, 3.4e+38], where float32 holds Λ and 1/√Λ; entry 0 is 1e-300"),
     "grid of q_uniform with a tiny q": (
         ["sweep", "check", "s.yaml"],
         {"s.yaml": GRID + "  loss.tau: {distribution: q_uniform, min: 0.0, max: 1.0, q: 1.0e-7}\n"}, 1,
@@ -71,11 +90,13 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 def icl(argv, cwd: Path) -> tuple[int, str]:
     """``icl argv`` in ``cwd`` with W&B off: its exit code and what it said, asserted to be one line without a
-    traceback, within the time limit."""
+    traceback (a rejected sweep file: one line, then a line per problem), within the time limit."""
     done = subprocess.run([sys.executable, "-m", "identifiable_cl.cli", *argv], cwd=cwd, capture_output=True,
                           text=True, timeout=TIMEOUT, env={**os.environ, "WANDB_MODE": "disabled"})
     said = (done.stderr + done.stdout).strip()
-    assert "Traceback" not in said and len(said.splitlines()) == 1, said
+    first, *problems = said.splitlines()
+    assert "Traceback" not in said and all(line.startswith("  - ") for line in problems), said
+    assert not problems or first.endswith("rejected before any run started:"), said
     return done.returncode, said
 
 

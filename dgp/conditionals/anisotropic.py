@@ -54,10 +54,14 @@ def lambda_profile(lambdas: Any, n: int) -> Tensor:
         checks.fail(key, lambdas, f"a profile name ({', '.join(PROFILES)}) or a list of {n} positive numbers")
     if len(lambdas) != n:
         checks.fail(key, lambdas, f"needs exactly {n} entries (one per latent dimension), got {len(lambdas)}")
+    low, high = checks.FLOAT32_RANGE
     for i, value in enumerate(lambdas):
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not number or not math.isfinite(value) or value <= 0:
             checks.fail(key, lambdas, f"every entry must be a finite number > 0; entry {i} is {value!r}")
+        if not low <= value <= high:
+            checks.fail(key, lambdas, f"every entry must lie in [{low:.3g}, {high:.3g}], where float32 holds Λ and "
+                                      f"1/√Λ; entry {i} is {value!r}")
     return torch.tensor([float(v) for v in lambdas], dtype=torch.float64)
 
 

@@ -96,6 +96,10 @@ def cmd_train_pack_file(args: argparse.Namespace) -> int:
         entries = json.loads(Path(args.pack_file).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"--pack-file {args.pack_file!r}: cannot be read as JSON ({exc})") from exc
+    if not isinstance(entries, list) or not entries or not all(
+            isinstance(e, dict) and isinstance(e.get("args"), list) and isinstance(e.get("result"), str) for e in entries):
+        raise ValueError(f"--pack-file {args.pack_file!r}: expected a non-empty JSON list of runs "
+                         '{"args": [...], "result": PATH, "wandb_id": ..., "wandb_name": ...}')
     runs = []
     for entry in entries:
         options, overrides = arguments.split(entry["args"])

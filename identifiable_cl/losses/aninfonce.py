@@ -81,7 +81,7 @@ class AnInfoNCE(ContrastiveLoss):
             generator = None if seed is None else torch.Generator().manual_seed(seed)
             raw = 0.1 * torch.randn(self.dim, generator=generator, dtype=torch.float64)
         else:
-            value = checks.positive("lambda_init", lambda_init)
+            value = checks.float32_positive("lambda_init", lambda_init)
             raw = torch.full((self.dim,), inverse_softplus(value), dtype=torch.float64)
         self.raw_lambda = nn.Parameter(raw.to(torch.get_default_dtype()))
         self.factor = checks.positive("factor", factor)

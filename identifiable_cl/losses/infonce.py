@@ -79,7 +79,7 @@ class InfoNCE(ContrastiveLoss):
         super().__init__()
         self.dim = check_dim(dim)
         self.similarity = checks.choice("similarity", similarity, SIMILARITIES)
-        self.temperature = Temperature(checks.positive("tau", tau), checks.boolean("learn_tau", learn_tau))
+        self.temperature = Temperature(checks.float32_positive("tau", tau), checks.boolean("learn_tau", learn_tau))
         self.negatives = checks.choice("negatives", negatives, NEGATIVE_SETS)
         self.reduction = checks.choice("reduction", reduction, REDUCTIONS)
         self.lr = check_lr(lr)

@@ -133,9 +133,9 @@ class RunFolder:
 
 
 def is_finished(folder: Path) -> bool:
-    """The run ended for good: it finished (exit code 0), or hyperband stopped it."""
+    """The run ended for good: it finished (exit code 0 and its summary written), or hyperband stopped it."""
     status = read_status(folder)
-    return status is not None and (status.get("exit_code") == 0 or status.get("state") == "stopped")
+    return status is not None and status.get("state") in ("finished", "stopped")
 
 
 def write_params(path: Path, params: Mapping[str, Any]) -> None:
@@ -357,8 +357,13 @@ def _launch(argv: list[str], env: Mapping[str, str], log_path: Path, lock: int,
 
 
 def _finish(run: PlannedRun, status: dict[str, Any], code: int, wall: float, stopped: bool = False) -> Outcome:
-    state = "stopped" if stopped else "finished" if code == 0 else "failed"
+    """Record how the run ended; one that exits 0 without writing ``run/summary.json`` (a command that never ran
+    ``icl train``) failed."""
+    summary = (run.folder / RUN / SUMMARY).is_file()
+    state = "stopped" if stopped else "finished" if code == 0 and summary else "failed"
     status.update(state=state, exit_code=code, wall_s=round(wall, 3), ended=now())
+    if state == "failed" and code == 0:
+        status["problem"] = f"exit 0 but no {RUN}/{SUMMARY}: the command did not train a run into --run-dir"
     if stopped:
         status["stopped_by"] = "hyperband"
         status["last_metrics"] = _last_record(run.folder / RUN)

@@ -126,6 +126,13 @@ def parse_sweep(raw: Any, source: str = "<sweep>") -> SweepSpec:
             "${args_append_hydra} / ${args_override_hydra}"
             for i, entry, name in macros if name in UNREADABLE_MACROS
         ]
+    if (raw.get("method") == "bayes" or "early_terminate" in raw) and not isinstance(raw.get("metric"), dict):
+        what = "a bayes search" if raw.get("method") == "bayes" else "early_terminate"
+        problems.append(f"metric: {what} needs the metric to optimise, e.g. metric: {{name: r2_linear, goal: maximize}}")
+    passing = [m for m in MACROS if m.startswith("args")]
+    if parameters and not any(name in passing for _, _, name in macros):
+        problems.append(f"command: {command} passes no argument macro ({', '.join('${' + m + '}' for m in passing)}), "
+                        "so no run would see its swept parameters")
     if "${program}" in command and not raw.get("program"):
         problems.append("program: the command uses ${program} but the file names no program")
     if problems:

@@ -236,3 +236,15 @@ def test_the_runs_of_a_sweep_share_one_identity_baseline_folder(tmp_path):
     shared = {run_environment(spec, run, None, {})[IDENTITY_CACHE] for run in runs}
     assert shared == {str((tmp_path / "out" / "owned" / ".identity").resolve())}
     assert run_environment(spec, runs[0], None, {IDENTITY_CACHE: "/elsewhere"})[IDENTITY_CACHE] == "/elsewhere"
+
+
+def test_a_run_that_exits_0_without_a_summary_failed(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "echoed", "method": "grid", "command": ["echo", "${args}"],
+                                    "parameters": {"seed": {"values": [0]}}}))
+    spec = load_sweep(path)
+    (outcome,) = run_sweep(spec, tmp_path / "out", echo=quiet)
+    status = read_status(outcome.run.folder)
+    assert (outcome.state, status["state"], status["exit_code"]) == ("failed", "failed", 0)
+    assert status["problem"].startswith("exit 0 but no run/summary.json")
+    assert [o.state for o in run_sweep(spec, tmp_path / "out", echo=quiet)] == ["failed"]  # tried again, not skipped

@@ -17,6 +17,8 @@ the run's seed); :func:`load_run` makes them from a run directory's own files
 from __future__ import annotations
 
 import copy
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -52,6 +54,32 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         fail("device", name, "CUDA is not available on this machine; use auto or cpu")
     return device
+
+
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+"""The cgroup (v2) CPU quota of this process's group: ``QUOTA PERIOD`` or ``max PERIOD``."""
+
+
+def available_cpus(environ: Mapping[str, str] | None = None) -> int:
+    """The CPUs this process may use: its CPU affinity, capped by the cgroup's CPU quota and by Slurm's
+    ``SLURM_CPUS_PER_TASK`` (a cluster that does not pin a job's processes still gives it that many)."""
+    environ = os.environ if environ is None else environ
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = CGROUP_CPU_MAX.read_text().split()
+        if quota != "max":
+            n = min(n, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    slurm = environ.get("SLURM_CPUS_PER_TASK", "")
+    return max(1, min(n, int(slurm)) if slurm.isdigit() else n)
+
+
+def use_available_cpus() -> None:
+    """torch's intra-op threads: ``OMP_NUM_THREADS`` when set, else :func:`available_cpus` (torch's own
+    default counts every core of the machine, given or not)."""
+    if not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(available_cpus())
 
 
 @dataclass

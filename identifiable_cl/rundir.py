@@ -229,8 +229,21 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
             raise ValueError(f"{path}: line {number} is not JSON ({exc})") from exc
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
             raise ValueError(f"{path}: line {number} is not a metrics record with an integer 'step'")
+        wrong = next((k for k, v in record.items() if k != "step" and not _metric_value(v)), None)
+        if wrong is not None:
+            raise ValueError(f"{path}: line {number}: {wrong}={record[wrong]!r} is not a metric value "
+                             "(a finite number, null, or a list of them)")
+        if records and record["step"] <= records[-1]["step"]:
+            raise ValueError(f"{path}: line {number}: step {record['step']} does not follow step {records[-1]['step']}")
         records.append(record)
     return records
+
+
+def _metric_value(value: Any) -> bool:
+    """A value as :func:`append_metrics` writes it: a finite number, null (NaN), or a list of them."""
+    if isinstance(value, list):
+        return all(_metric_value(v) for v in value)
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
 
 
 def truncate_metrics(run_dir: Path, last_step: int) -> None:

@@ -240,15 +240,24 @@ def shared_identity(c: Components) -> dict[str, Any]:
     return copy.deepcopy(_IDENTITIES[key])
 
 
+def bar_fits(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal that reports a width, as a progress bar needs."""
+    try:
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns > 0
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 class Progress:
     """A run's progress since it began or resumed: the step it started from, when, and the latest
-    evaluation; and its display. ``mode``: True, a tqdm bar; None, the bar on a terminal, else one
-    :func:`progress_line` on stdout at every log and evaluation step; False, neither."""
+    evaluation; and its display. ``mode``: True, a tqdm bar; None, the bar on a terminal that reports a
+    width (:func:`bar_fits`), else one :func:`progress_line` on stdout at every log and evaluation step;
+    False, neither."""
 
     def __init__(self, mode: bool | None, steps: int, step: int):
         self.steps, self.start_step, self.started = steps, step, time.perf_counter()
         self.latest: Mapping[str, Any] = {}
-        self.lines = mode is None and not getattr(sys.stderr, "isatty", lambda: False)()
+        self.lines = mode is None and not bar_fits(sys.stderr)
         self.bar = tqdm(total=steps, initial=step, disable=mode is False or self.lines, dynamic_ncols=True, desc="train")
 
     def show(self, step: int, loss: float, metrics: Mapping[str, Any] | None, line: bool) -> None:

@@ -73,14 +73,35 @@ CASES = {
 }
 
 
+def held(run: Path):
+    """As a run training in another process holds it: this process's lock of the run directory."""
+    return rundir.own(run)
+
+
+def damaged_metrics(record: str):
+    def damage(run: Path) -> None:
+        with open(run / rundir.METRICS, "a") as out:
+            out.write(record + "\n")
+    return damage
+
+
 RUN_CASES = {
-    "resume of a run another process is writing": (["train", "--resume", "run"], True, 2,
+    "resume of a run another process is writing": (["train", "--resume", "run"], held, 2,
                                                    "run directory 'run' is being written by another process (pid "),
-    "evaluate of a run another process is writing": (["evaluate", "run"], True, 2, "is being written by another"),
-    "plot of a run another process is writing": (["plot", "run"], True, 2, "is being written by another"),
+    "evaluate of a run another process is writing": (["evaluate", "run"], held, 2, "is being written by another"),
+    "plot of a run another process is writing": (["plot", "run"], held, 2, "is being written by another"),
     "resume that would shorten a finished run": (
-        ["train", "--resume", "run", "--train.steps=5"], False, 2,
+        ["train", "--resume", "run", "--train.steps=5"], None, 2,
         "train.steps=5 is invalid: the run has reached step 20, and a resumed run only goes on"),
+    "plot of metrics holding a NaN literal": (
+        ["plot", "run"], damaged_metrics('{"step": 30, "loss": NaN}'), 2,
+        "metrics.jsonl: line 3: loss=nan is not a metric value (a finite number, null, or a list of them)"),
+    "resume of metrics holding a word": (
+        ["train", "--resume", "run"], damaged_metrics('{"step": 30, "loss": "high"}'), 2,
+        "metrics.jsonl: line 3: loss='high' is not a metric value"),
+    "plot of metrics out of order": (
+        ["plot", "run"], damaged_metrics('{"step": 5, "loss": 1.0}'), 2,
+        "metrics.jsonl: line 3: step 5 does not follow step 20"),
 }
 
 
@@ -113,9 +134,9 @@ def test_hostile_input_gets_one_clear_line(case, tmp_path):
 
 @pytest.mark.parametrize("case", list(RUN_CASES))
 def test_hostile_use_of_a_run_folder_gets_one_clear_line(case, run):
-    argv, held, code, message = RUN_CASES[case]
+    argv, prepare, code, message = RUN_CASES[case]
+    lock = prepare(run) if prepare else None
     before = snapshot(run)
-    lock = rundir.own(run) if held else None  # as a run training in another process holds it
     try:
         exit_code, said = icl(argv, run.parent)
     finally:

@@ -64,3 +64,22 @@ def test_quiet_prints_no_progress_and_verbose_wandb_its_own_lines(tmp_path):
     assert not [line for line in out.stdout.splitlines() if line.startswith("step ")]
     assert "it/s" not in out.stderr and "linear R²" in out.stdout
     assert "wandb:" in out.stdout + out.stderr
+
+
+def test_a_terminal_that_reports_no_width_gets_lines(monkeypatch):
+    from identifiable_cl import training
+
+    class Terminal:
+        def isatty(self):
+            return True
+
+        def fileno(self):
+            return 2
+
+    monkeypatch.setattr(training.os, "get_terminal_size", lambda fd: os.terminal_size((80, 24)))
+    assert training.bar_fits(Terminal())
+    monkeypatch.setattr(training.os, "get_terminal_size", lambda fd: os.terminal_size((0, 0)))
+    assert not training.bar_fits(Terminal())
+    monkeypatch.setattr(training.sys, "stderr", Terminal())
+    assert training.Progress(None, 10, 0).lines
+    assert not training.bar_fits(object()) and not training.bar_fits(open(os.devnull, "w"))

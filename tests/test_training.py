@@ -176,3 +176,29 @@ def test_train_figures_false_draws_none(tmp_path, tiny):
     bare.run()
     assert list((tmp_path / "drawn").rglob("*.png")) and not list((tmp_path / "bare").rglob("*.png"))
     assert (tmp_path / "bare" / rundir.SUMMARY).is_file()
+
+
+def test_threads_follow_the_cpus_a_run_was_given(tmp_path, monkeypatch):
+    from identifiable_cl import components
+
+    monkeypatch.setattr(components.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    monkeypatch.setattr(components, "CGROUP_CPU_MAX", tmp_path / "none")
+    assert components.available_cpus({}) == 6
+    assert components.available_cpus({"SLURM_CPUS_PER_TASK": "2"}) == 2
+    assert components.available_cpus({"SLURM_CPUS_PER_TASK": "64"}) == 6
+    (tmp_path / "cpu.max").write_text("250000 100000\n")
+    monkeypatch.setattr(components, "CGROUP_CPU_MAX", tmp_path / "cpu.max")
+    assert components.available_cpus({}) == 3
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert components.available_cpus({}) == 6
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+        components.use_available_cpus()
+        assert torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        components.use_available_cpus()  # the user's choice stands
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

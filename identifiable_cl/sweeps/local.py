@@ -57,6 +57,7 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from dgp.files import load_tensors
+from identifiable_cl.components import available_cpus
 from identifiable_cl.config import load_yaml
 from identifiable_cl.rundir import CHECKPOINT, IDENTITY_CACHE, SUMMARY, lock, read_json, read_metrics, write_json
 from identifiable_cl.rundir import unlock as release
@@ -163,8 +164,8 @@ def run_environment(
     """The environment a W&B agent would give this run (without a sweep id), logging offline into its folder.
 
     With several workers and no ``OMP_NUM_THREADS`` of the user's, each run gets
-    ``cores // workers`` threads: parallel runs that each spin up every core's
-    worth of threads slow each other down many times over.
+    ``cpus // workers`` threads (:func:`identifiable_cl.components.available_cpus`): parallel runs
+    that each spin up every core's worth of threads slow each other down many times over.
 
     The W&B run is named by the parameters that vary across the sweep and the seed,
     e.g. ``WANDB_NAME="loss.tau=0.1 seed=2"`` (its id unchanged), unless ``WANDB_NAME``
@@ -200,7 +201,7 @@ def run_environment(
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
     if workers > 1:
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+        env.setdefault("OMP_NUM_THREADS", str(max(1, available_cpus(base) // workers)))
     return env
 
 

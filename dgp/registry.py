@@ -160,8 +160,10 @@ class Registry:
         allowed = user_options(obj, exclude=set(kwargs))
         unknown = sorted(set(options) - set(allowed))
         if unknown and not accepts_var_kwargs(obj):
+            spaced = [f"{o!r} has spaces around it" for o in unknown if isinstance(o, str) and o.strip() in allowed]
             raise OptionError(tuple(f"{key}.{o}" for o in unknown), f": unknown option(s) for {self.kind} "
-                              f"{spec['name']!r}; allowed: {', '.join(allowed) or '(none)'}")
+                              f"{spec['name']!r}; allowed: {', '.join(allowed) or '(none)'}"
+                              + "".join(f"; {note}" for note in spaced))
         with section(key):
             return obj(*args, **kwargs, **options)
 

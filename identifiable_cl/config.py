@@ -386,7 +386,10 @@ def merge_layer(config: dict[str, Any], layer: Mapping[str, Any], source: str) -
 def suggest(key: str) -> str:
     import difflib
 
-    close = difflib.get_close_matches(key, list(LEAVES) + [f"{s}.name" for s in COMPONENT_SECTIONS], n=3)
+    known = list(LEAVES) + [f"{s}.name" for s in COMPONENT_SECTIONS]
+    if key.strip() != key and key.strip() in known:
+        return f"; {key!r} has spaces around it: did you mean {key.strip()!r}?"
+    close = difflib.get_close_matches(key, known, n=3)
     return f"; did you mean {', '.join(close)}?" if close else f"; top-level keys: {', '.join(DEFAULTS)}"
 
 

@@ -258,7 +258,7 @@ def draw_figures(run_dir: str | Path) -> dict[str, Path]:
     figures = {}
     readout = run_dir / rundir.READOUT
     if readout.exists():
-        data = rundir.load_npz(readout, ("z", "z_hat", "r2_per_dim"))
+        data = rundir.read_readout(readout)
         final = summary.get("r2_linear_per_dim")
         if isinstance(final, list) and len(final) == data["z"].shape[1]:
             e = config.get("eval", {})

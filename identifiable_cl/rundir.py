@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import fcntl
 import json
 import math
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -168,7 +170,21 @@ def read_json(path: Path, missing_ok: bool = False) -> dict[str, Any] | None:
 
 
 def save_torch(path: Path, obj: Any) -> None:
-    _atomic(path, lambda tmp: torch.save(obj, tmp))
+    """``torch.save`` through :func:`_atomic`; torch's own error for a write that failed (a full disk)
+    becomes an OSError naming the file and saying that its previous version is kept."""
+
+    def write(tmp: str) -> None:
+        try:
+            torch.save(obj, tmp)
+        except RuntimeError as exc:
+            if "write failed" not in str(exc) and "failed writing" not in str(exc):
+                raise
+            full = shutil.disk_usage(Path(path).parent).free < (1 << 20)
+            raise OSError(errno.ENOSPC if full else errno.EIO,
+                          f"writing it failed ({'the disk is full' if full else str(exc).splitlines()[0]}); "
+                          f"its previous version, if any, is kept", str(path)) from None
+
+    _atomic(path, write)
 
 
 def save_npz(path: Path, **arrays: Any) -> None:
@@ -179,13 +195,19 @@ def save_npz(path: Path, **arrays: Any) -> None:
     _atomic(path, write)
 
 
-def load_npz(path: Path, keys: Iterable[str]) -> dict[str, np.ndarray]:
-    """The arrays ``keys`` of a file written by :func:`save_npz` (never unpickled); a ValueError naming it."""
+def read_readout(path: Path) -> dict[str, np.ndarray]:
+    """The true and read-out test latents ``z``, ``z_hat`` ``(N, n)`` and the per-dimension R² ``r2_per_dim``
+    ``(n,)`` of a ``readout.npz`` (never unpickled); a ValueError naming the file otherwise."""
+    keys = ("z", "z_hat", "r2_per_dim")
     try:
         with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in keys}
+            z, z_hat, r2 = (data[key] for key in keys)
     except (OSError, ValueError, KeyError, EOFError) as exc:
         raise ValueError(f"{path}: not a readout file with arrays {', '.join(keys)} ({exc})") from exc
+    if z.ndim != 2 or z_hat.shape != z.shape or r2.shape != z.shape[1:]:
+        raise ValueError(f"{path}: expected z and z_hat of one shape (N, n) and r2_per_dim (n,); got "
+                         f"{z.shape}, {z_hat.shape} and {r2.shape}")
+    return {"z": z, "z_hat": z_hat, "r2_per_dim": r2}
 
 
 def load_torch(path: Path) -> Any:

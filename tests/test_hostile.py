@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from identifiable_cl import rundir
@@ -66,6 +67,11 @@ CASES = {
     "a concentration float32 cannot hold": (
         ["config", "--dgp.conditional.name=anisotropic", "--dgp.conditional.lambdas=[1.0e-300,1,1,1,1,1,1,1,1,1]"], {},
         2, "every entry must lie in [1.18e-38, 3.4e+38], where float32 holds Λ and 1/√Λ; entry 0 is 1e-300"),
+    "a config key with spaces around it": (
+        ["config", "c.yaml"], {"c.yaml": 'train:\n  "steps ": 5\n'}, 2,
+        "'train.steps ' has spaces around it: did you mean 'train.steps'?"),
+    "a loss option with spaces around it": (
+        ["config", "c.yaml"], {"c.yaml": 'loss:\n  "tau ": 0.5\n'}, 2, "'tau ' has spaces around it"),
     "grid of q_uniform with a tiny q": (
         ["sweep", "check", "s.yaml"],
         {"s.yaml": GRID + "  loss.tau: {distribution: q_uniform, min: 0.0, max: 1.0, q: 1.0e-7}\n"}, 1,
@@ -85,7 +91,14 @@ def damaged_metrics(record: str):
     return damage
 
 
+def one_dimensional_readout(run: Path) -> None:
+    np.savez(run / rundir.READOUT, z=np.zeros(5), z_hat=np.zeros(5), r2_per_dim=np.zeros(5))
+
+
 RUN_CASES = {
+    "plot of a readout with one-dimensional latents": (
+        ["plot", "run"], one_dimensional_readout, 2,
+        "readout.npz: expected z and z_hat of one shape (N, n) and r2_per_dim (n,); got (5,), (5,) and (5,)"),
     "resume of a run another process is writing": (["train", "--resume", "run"], held, 2,
                                                    "run directory 'run' is being written by another process (pid "),
     "evaluate of a run another process is writing": (["evaluate", "run"], held, 2, "is being written by another"),

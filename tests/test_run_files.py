@@ -255,3 +255,26 @@ def test_damaged_summary_names_the_file(run):
     (run / rundir.SUMMARY).write_text("[1, 2]")
     with pytest.raises(ValueError, match="summary.json: expected a JSON object"):
         rundir.read_json(run / rundir.SUMMARY)
+
+
+@pytest.mark.parametrize("free, said", [(0, "the disk is full; free space (files are written whole or not at all"),
+                                        (1 << 40, "writing it failed ([enforce fail at inline_container.cc:672]")])
+def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_previous_one(run, monkeypatch, capsys, free,
+                                                                                       said):
+    import shutil as shutil_module
+    from types import SimpleNamespace
+
+    before = (run / rundir.CHECKPOINT).read_bytes()
+
+    def full(obj, path):
+        open(path, "wb").write(b"half")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
+                           "data/0: file write failed")
+
+    monkeypatch.setattr(torch, "save", full)
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda path: SimpleNamespace(free=free))
+    assert main(["train", "--resume", str(run), "--train.steps=30", "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and str(run / rundir.CHECKPOINT) in err, err
+    assert said in err, err
+    assert (run / rundir.CHECKPOINT).read_bytes() == before and not list(run.glob(f".*{rundir.TMP_SUFFIX}"))

@@ -50,7 +50,8 @@ def os_error_message(exc: OSError) -> str:
     """One line for a failed file operation: the path, what happened and what to do."""
     where = f"{exc.filename}: " if exc.filename else ""
     advice = {
-        errno.ENOSPC: "the disk is full; free space (finished runs are complete, an interrupted one resumes with --resume)",
+        errno.ENOSPC: "the disk is full; free space (files are written whole or not at all, so its previous version "
+                      "is kept; finished runs are complete, an interrupted one resumes with --resume)",
         errno.EDQUOT: "the disk quota is exceeded; free space and resume with --resume",
         errno.EACCES: "permission denied; choose a folder you can write (--out) or fix its permissions",
         errno.EROFS: "the file system is read-only; choose another folder with --out",

@@ -355,10 +355,13 @@ class Trainer:
 
     def interrupted_message(self) -> str:
         """What an interruption kept, and the command that continues the run."""
+        return f"interrupted at step {self.c.step} of {self.c.config['train']['steps']}; {self.kept()}"
+
+    def kept(self) -> str:
+        """What a run that stops now keeps, and the command that continues it."""
         kept = (f"the checkpoint of step {self.checkpoint_step} is kept" if self.checkpoint_step is not None
                 else "no checkpoint was written yet")
-        return (f"interrupted at step {self.c.step} of {self.c.config['train']['steps']}; {kept} in {self.run_dir}; "
-                f"continue with: icl train --resume {self.run_dir}")
+        return f"{kept} in {self.run_dir}; continue with: icl train --resume {self.run_dir}"
 
     def open(self, shared: bool = False) -> None:
         """Start the tracker (W&B) of this run (``shared``: beside other runs of this process)."""
@@ -504,6 +507,8 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
             trainers[i].close(None)
         if isinstance(exc, KeyboardInterrupt):
             raise Interrupted("; ".join(trainers[i].interrupted_message() for i in stopped)) from None
+        if stopped:
+            exc.add_note("; ".join(trainers[i].kept() for i in stopped))  # what each run keeps, for one-line errors
         raise
     return [results[i] for i in range(len(trainers))]
 

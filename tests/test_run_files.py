@@ -276,5 +276,27 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_previous_
     assert main(["train", "--resume", str(run), "--train.steps=30", "--quiet"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err and str(run / rundir.CHECKPOINT) in err, err
-    assert said in err, err
+    assert said in err and err.endswith(f"the checkpoint of step 20 is kept in {run}; continue with: icl train "
+                                        f"--resume {run}"), err
     assert (run / rundir.CHECKPOINT).read_bytes() == before and not list(run.glob(f".*{rundir.TMP_SUFFIX}"))
+
+
+@pytest.mark.parametrize("at, kept", [(15, "the checkpoint of step 10 is kept"), (3, "the checkpoint of step 0 is kept")])
+def test_running_out_of_memory_is_one_line_saying_what_the_run_keeps(tmp_path, tiny, monkeypatch, capsys, at, kept):
+    import identifiable_cl.training as training
+
+    real = training.train_step
+
+    def step(c):
+        if c.step == at:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+        return real(c)
+
+    monkeypatch.setattr(training, "train_step", step)
+    run = tmp_path / "run"
+    assert main(["train", *(f"--{k}={v}" for k, v in tiny.items()), "--run-dir", str(run), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("icl train: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); use a smaller "
+                          "train.batch_size, dgp.dim"), err
+    assert err.endswith(f"{kept} in {run}; continue with: icl train --resume {run}"), err

@@ -106,11 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: {out_of_memory(exc)}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"{name}: error: {os_error_message(exc)}", file=sys.stderr)
+        print(f"{name}: error: {'; '.join([os_error_message(exc), *getattr(exc, '__notes__', ())])}", file=sys.stderr)
         return 1
 
 
 def out_of_memory(exc: BaseException) -> str:
+    """One line: the allocation that failed, what to make smaller, and what each stopped run keeps."""
     detail = str(exc).splitlines()[0] if str(exc) else "no detail"
-    return (f"out of memory ({detail}); use a smaller train.batch_size or eval sizes, or fewer --workers/--pack; "
-            "a run's last checkpoint is kept (continue it with icl train --resume RUN_DIR)")
+    kept = "; ".join(getattr(exc, "__notes__", ())) or "files already written are kept"
+    return (f"out of memory ({detail}); use a smaller train.batch_size, dgp.dim, encoder.widths or eval sizes, or "
+            f"fewer --workers/--pack; {kept}")

@@ -52,12 +52,16 @@ IDENTITY_CACHE = "ICL_IDENTITY_CACHE"
 process and evaluation (the local runner sets it to the sweep's ``.identity`` folder)."""
 
 
+def _lock_file(folder: Path) -> Path:
+    folder = Path(folder)
+    return folder.parent / f".{folder.name}.lock"
+
+
 def lock(folder: Path) -> int | None:
     """Take the lock of ``folder`` (an ``flock`` of ``.<name>.lock`` beside it, in its existing parent, recording
     the holder's pid) without waiting: its file descriptor, or None when another process holds it. A process
     started with the descriptor inherits the lock; it is released by :func:`unlock` or when every holder ends."""
-    folder = Path(folder)
-    fd = os.open(folder.parent / f".{folder.name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    fd = os.open(_lock_file(folder), os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -76,7 +80,7 @@ def unlock(fd: int) -> None:
 def holder(folder: Path) -> str:
     """The pid recorded by the process that holds the lock of ``folder`` (:func:`lock`), or ``unknown``."""
     try:
-        return (Path(folder).parent / f".{Path(folder).name}.lock").read_text().strip() or "unknown"
+        return _lock_file(folder).read_text().strip() or "unknown"
     except OSError:
         return "unknown"
 

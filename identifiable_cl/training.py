@@ -272,6 +272,18 @@ class Progress:
             print(progress_line(step, self.steps, loss, self.latest, rate), flush=True)
 
 
+def _owned_after(run_dir: Path, write: Callable[[], None]) -> int:
+    """Take the run directory's lock (:func:`identifiable_cl.rundir.own`), then ``write()`` its files; the lock,
+    released again when the writing fails."""
+    lock = rundir.own(run_dir)
+    try:
+        write()
+    except BaseException:
+        rundir.unlock(lock)
+        raise
+    return lock
+
+
 class Trainer:
     """One run's directory, evaluations, checkpoints and summary; ``run()`` trains it and returns the summary."""
 
@@ -296,15 +308,13 @@ class Trainer:
         if run_dir.exists() and any(run_dir.iterdir()):
             raise ValueError(f"run directory {str(run_dir)!r} exists and is not empty; use --resume to continue it")
         run_dir.mkdir(parents=True, exist_ok=True)
-        lock = rundir.own(run_dir)
-        try:
+
+        def write() -> None:
             rundir.write_config(run_dir, c.config)
             rundir.write_json(run_dir / rundir.META, rundir.meta(c.device, linear.resolve(c.config["train"]["matmul"])))
             rundir.save_torch(run_dir / rundir.DGP, c.process.to_dict())
-        except BaseException:
-            rundir.unlock(lock)
-            raise
-        return cls(c, run_dir, progress=progress, lock=lock)
+
+        return cls(c, run_dir, progress=progress, lock=_owned_after(run_dir, write))
 
     @classmethod
     def resume(cls, run_dir: Path, overrides: Mapping[str, Any] | None = None, progress: bool | None = None) -> "Trainer":
@@ -322,13 +332,15 @@ class Trainer:
             raise ValueError(f"train.steps={steps} is invalid: the run has reached step {c.step}, and a resumed run only "
                              f"goes on (give train.steps >= {c.step})")
         check_tracking(c.config)
-        lock = rundir.own(run_dir)
-        rundir.remove_stale_temporaries(run_dir)
-        rundir.truncate_metrics(run_dir, c.step)
-        rundir.write_config(run_dir, c.config)
-        for name in (rundir.SUMMARY, rundir.STOPPED):
-            (run_dir / name).unlink(missing_ok=True)
-        return cls(c, run_dir, progress=progress, lock=lock)
+
+        def write() -> None:
+            rundir.remove_stale_temporaries(run_dir)
+            rundir.truncate_metrics(run_dir, c.step)
+            rundir.write_config(run_dir, c.config)
+            for name in (rundir.SUMMARY, rundir.STOPPED):
+                (run_dir / name).unlink(missing_ok=True)
+
+        return cls(c, run_dir, progress=progress, lock=_owned_after(run_dir, write))
 
     def save_checkpoint(self, pending: bool = False) -> None:
         """Checkpoint the step reached; ``pending``: between two log steps, with the loss accumulated since

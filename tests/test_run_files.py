@@ -300,3 +300,13 @@ def test_running_out_of_memory_is_one_line_saying_what_the_run_keeps(tmp_path, t
     assert err.startswith("icl train: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); use a smaller "
                           "train.batch_size, dgp.dim"), err
     assert err.endswith(f"{kept} in {run}; continue with: icl train --resume {run}"), err
+
+
+def test_a_resume_whose_writing_fails_leaves_the_run_unlocked(run, monkeypatch):
+    def read_only(run_dir, config):
+        raise OSError(errno.EROFS, "Read-only file system", str(run_dir))
+
+    monkeypatch.setattr(rundir, "write_config", read_only)
+    with pytest.raises(OSError):
+        Trainer.resume(run, progress=False)
+    rundir.unlock(rundir.own(run))  # this process could not take it while a failed resume still held it

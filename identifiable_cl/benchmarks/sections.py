@@ -159,6 +159,20 @@ def encoder_step_time(dim: int, rows: int, device: torch.device, reps: int) -> f
     return timed(step, reps, device=device)
 
 
+def encoder_own_step(c: Any) -> Callable[[], None]:
+    """The run's encoder alone on one batch of its observations (2B rows): forward, backward and its Adam
+    step, the floor of the run's training step."""
+    x = c.process.sample(c.config["train"]["batch_size"], c.batches)
+    rows = torch.cat([x.x, x.x_pos])
+
+    def step() -> None:
+        c.optimizer.zero_grad(set_to_none=True)
+        c.encoder(rows).sum().backward()
+        c.optimizer.step()
+
+    return step
+
+
 def bench_sampling(batch: int = 6144, reps: int = 20, device: torch.device | None = None,
                    print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
     device = device or bench_device()
@@ -195,14 +209,7 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, devic
             config = load_config(preset, {**overrides, "train.batch_size": batch, "dgp.mixing.cond_draws": 2500,
                                           "device": str(device)})
             c = build(config)
-            x = c.process.sample(batch, c.batches)
-            rows_in = torch.cat([x.x, x.x_pos])
-
-            def pure() -> None:
-                c.optimizer.zero_grad(set_to_none=True)
-                c.encoder(rows_in).sum().backward()
-                c.optimizer.step()
-
+            pure = encoder_own_step(c)
             full, core = interleaved([lambda: train_step(c), pure], steps, device=device)
             share = max(0.0, 1 - core / full)
             syncs = host_syncs(lambda: train_step(c), device)
@@ -425,15 +432,7 @@ def bench_overhead(steps: int = 3000, device: torch.device | None = None,
                "one_step_s": train("one", "--train.steps=1"),
                "one_step_shared_s": train("later", "--train.steps=1", "--train.figures=false"),
                "run_s": train("run", f"--train.steps={steps}")}
-    c = build(load_config(None, {"device": str(device)}))
-    x = c.process.sample(c.config["train"]["batch_size"], c.batches)
-    rows = torch.cat([x.x, x.x_pos])
-
-    def floor() -> None:
-        c.optimizer.zero_grad(set_to_none=True)
-        c.encoder(rows).sum().backward()
-        c.optimizer.step()
-
+    floor = encoder_own_step(build(load_config(None, {"device": str(device)})))
     out["floor_ms"] = timed(floor, 20, device=device) * 1e3
     out["run_over_floor"] = out["run_s"] / steps / (out["floor_ms"] / 1e3)
     print_fn(f"\nper-run overhead on {device} (fresh icl processes, W&B off)")

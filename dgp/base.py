@@ -12,8 +12,12 @@ anchors or ``(batch, k, n)`` when drawn per anchor.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
+
+from dgp.information import Information, monte_carlo_information
 
 
 class Space(nn.Module):
@@ -66,6 +70,19 @@ class Conditional(nn.Module):
     def lambda_true(self) -> Tensor | None:
         """Per-dimension concentrations Λ for anisotropic conditionals, else None."""
         return None
+
+    def mutual_information(self, marginal: Marginal, **options: Any) -> Information:
+        """I(z; z+) in nats for anchors z ~ ``marginal`` and positives from this conditional.
+
+        Conditionals with a closed form or a quadrature override this. The default estimates it by Monte
+        Carlo (:func:`dgp.information.monte_carlo_information`; options ``generator``, a torch.Generator
+        that is required, and the sizes ``n`` and ``m``) where the conditional has a normalised log-density
+        ``log_density(z_pos, z)``, and is "not available" otherwise.
+        """
+        log_density = getattr(self, "log_density", None)
+        if log_density is None:
+            return Information.unavailable(f"{type(self).__name__} has no normalised log-density p(z+|z)")
+        return monte_carlo_information(marginal.sample, self.sample, log_density, **options)
 
     def describe(self) -> str:
         raise NotImplementedError

@@ -28,12 +28,16 @@ Differences from the official code (ysharma1126/ssl_identifiability):
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from dgp import checks
 from dgp.base import Conditional, Marginal, Space
 from dgp.conditionals import CONDITIONALS
+from dgp.information import Information, gaussian_covariance, gaussian_information
 from dgp.marginals import MARGINALS
 from dgp.spaces import Euclidean
 
@@ -124,6 +128,16 @@ class ContentStyleMarginal(Marginal):
     def blocks(self) -> dict[str, list[int]]:
         return content_style_blocks(self.content_dim, self.space.dim)
 
+    def covariance(self) -> Tensor:
+        """The ``(n, n)`` covariance of z = (c, s), [[Σ_c, Σ_c Bᵀ], [B Σ_c, Σ_s + B Σ_c Bᵀ]] (B = 0 unless
+        ``content_dependent_style``), in the buffers' dtype."""
+        cov_c, cov_s = self.sigma_content, self.sigma_style
+        if not self.content_dependent_style:
+            return torch.block_diag(cov_c, cov_s)
+        cross = self.style_weight @ cov_c
+        top = torch.cat([cov_c, cross.T], dim=1)
+        return torch.cat([top, torch.cat([cross, cov_s + cross @ self.style_weight.T], dim=1)])
+
     def describe(self) -> str:
         law = "Wishart-drawn covariances Σ_c, Σ_s" if self.dependence else "identity covariances"
         shift = ", style shifted by B c + a" if self.content_dependent_style else ""
@@ -180,6 +194,33 @@ class ContentStyleConditional(Conditional):
         changed = torch.rand(s.shape, generator=generator, device=z.device, dtype=z.dtype) < self.p_change
         eps = gaussian(z.shape[0], self.chol_change.to(z.dtype), generator)
         return torch.cat([c, torch.where(changed, s + eps, s)], dim=-1)
+
+    def mutual_information(self, marginal: Marginal, **options: Any) -> Information:
+        """I(z; z+) = ∞: the content is kept exactly, c+ = c, and I(z; z+) >= I(c; c) = ∞ for continuous c.
+
+        ``parts["style"]`` is the style block's own information I(s; s+ | c): ∞ when ``p_change`` < 1 (each
+        style coordinate is kept exactly with probability 1 - p_change); for ``p_change`` = 1 and a Gaussian
+        marginal, ½ log det(I + Σ_{s|c} Σ_ε⁻¹) with Σ_{s|c} = Σ_ss - Σ_sc Σ_cc⁻¹ Σ_cs the style covariance given
+        the content and Σ_ε that of the change; not available for other marginals. ``options`` are not used.
+        """
+        style = self._style_information(marginal)
+        note = (f"infinite: the {self.content_dim} content dimensions are kept exactly (c+ = c); the style block "
+                f"alone carries I(s; s+ | c) = {style.nats:.6g} nats ({style.method}: {style.note})")
+        return Information(math.inf, None, "closed form", note, parts={"style": style})
+
+    def _style_information(self, marginal: Marginal) -> Information:
+        """I(s; s+ | c) (see :meth:`mutual_information`)."""
+        if self.p_change < 1.0:
+            return Information(math.inf, None, "closed form", f"each style coordinate is kept exactly with "
+                               f"probability 1 - p_change = {1.0 - self.p_change:g}")
+        cov = gaussian_covariance(marginal)
+        if cov is None:
+            return Information.unavailable("the style given the content is Gaussian only for a Gaussian marginal")
+        k = self.content_dim
+        style_given_content = cov[k:, k:] - cov[k:, :k] @ torch.linalg.solve(cov[:k, :k], cov[:k, k:])
+        note = "½ log det(I + Σ_{s|c} Σ_ε⁻¹), Σ_{s|c} the style covariance given the content"
+        nats = gaussian_information(style_given_content, self.sigma_change.cpu())
+        return Information(nats, None, "closed form", note)
 
     def blocks(self) -> dict[str, list[int]]:
         return content_style_blocks(self.content_dim, self.space.dim)

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from dgp import checks
 from dgp.files import load_tensors
 from dgp.conditionals import CONDITIONALS
+from dgp.information import Information
 from dgp.marginals import MARGINALS
 from dgp.mixing import MIXINGS
 from dgp.negatives import NEGATIVES
@@ -83,6 +84,17 @@ def resolve_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return resolved
 
 
+def own_seed(config: Mapping[str, Any] | None, seed: int) -> tuple[Mapping[str, Any] | None, int]:
+    """A config's own ``seed`` entry (a run config's ``dgp.seed``) taken out of it: the config without it, and
+    the seed the process is drawn from, that entry when it is set (not None), else ``seed``. So runs can share
+    one process while their root seeds differ, and a config without the entry keeps its fingerprint."""
+    if isinstance(config, Mapping) and "seed" in config:
+        own = config["seed"]
+        config = {k: v for k, v in config.items() if k != "seed"}
+        seed = seed if own is None else own
+    return config, seed
+
+
 class Process(nn.Module):
     """z ~ p(z) on a space, z+ ~ p(z+|z), optional negatives, observations x = g(z).
 
@@ -92,6 +104,7 @@ class Process(nn.Module):
 
     def __init__(self, config: Mapping[str, Any] | None = None, seed: int = 0):
         super().__init__()
+        config, seed = own_seed(config, seed)
         self.config = cfg = resolve_config(config)
         self.seed = checks.integer("dgp.seed", seed, minimum=0)
         dim = checks.integer("dgp.dim", cfg["dim"], minimum=1)
@@ -167,6 +180,16 @@ class Process(nn.Module):
         x_neg = x_all[2 * batch_size :].reshape(z_neg.shape) if z_neg is not None else None
         return Batch(z, z_pos, z_neg, x, x_pos, x_neg)
 
+    def mutual_information(self, **options: Any) -> Information:
+        """I(z; z+) in nats, from the conditional given the marginal (:meth:`dgp.base.Conditional.mutual_information`).
+
+        A closed form or a quadrature where one exists; otherwise a Monte-Carlo estimate, for which ``options``
+        must hold ``generator`` (e.g. ``process.make_generator(seed)``) and may set the sizes ``n`` and ``m``
+        (:func:`dgp.information.monte_carlo_information`). InfoNCE with K candidates bounds it:
+        I(z; z+) >= log K - L.
+        """
+        return self.conditional.mutual_information(self.marginal, **options)
+
     @property
     def blocks(self) -> dict[str, list[int]]:
         """Named groups of latent dimensions (content/style, Λ groups); empty if the DGP has none."""
@@ -232,7 +255,8 @@ class Process(nn.Module):
 
 
 def build_process(config: Mapping[str, Any] | None = None, seed: int = 0) -> Process:
-    """Build a process from a plain config dict (see :data:`DEFAULT_CONFIG`) and its seed."""
+    """Build a process from a plain config dict (see :data:`DEFAULT_CONFIG`; its own ``seed`` entry, when set,
+    wins over ``seed``: :func:`own_seed`) and its seed."""
     return Process(config, seed)
 
 

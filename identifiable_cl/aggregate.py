@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from identifiable_cl.config import flat_keys, read_yaml_mapping
+from identifiable_cl.evaluation.catalog import labels
 from identifiable_cl.rundir import CONFIG, DGP, STOPPED, SUMMARY, is_run_dir, read_json
 from identifiable_cl.sweeps.local import LOG, RUN, STATUS, RunFolder, lost, read_status, stopped_by_signal
 
-DEFAULT_METRICS = (
-    "r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "mcc_block_aware", "mcc_block_aware_random_rotation",
-)
-"""Columns of a table without ``--metrics``, those present in some run's summary. Block-aware MCC is
-followed by its chance level, the block-aware MCC of a random rotation of z on the same held-out latents."""
+DEFAULT_METRICS = tuple(labels())
+"""Columns of a table without ``--metrics``, those present in some run's summary: the metric catalog's
+headline metrics, each followed by its chance reference (block-aware MCC: the block-aware MCC of a random
+rotation of z on the same held-out latents)."""
 FORMATS = ("md", "csv", "json", "latex")
 SEED = "seed"
 

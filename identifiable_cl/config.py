@@ -103,6 +103,8 @@ SCHEMA: dict[str, Leaf | Section] = {
     "seed": Leaf(0, "int", "root seed; every random stream of the run is derived from it by name", minimum=0),
     "device": Leaf("auto", "str", "auto (CUDA when present), cpu, cuda or cuda:<index>",
                    pattern=r"auto|cpu|cuda(:\d+)?", allowed="auto, cpu, cuda, cuda:<index>"),
+    "dgp.seed": Leaf(None, "int?", "seed of the process (its mixing and drawn parameters); null: the root seed, "
+                     "so a sweep over seed at a fixed dgp.seed varies the training only", minimum=0),
     "dgp.dim": Leaf(DGP_DEFAULTS["dim"], "int", "number n of latent (and observed) dimensions", minimum=1),
     "dgp.dtype": Leaf(DGP_DEFAULTS["dtype"], "str", "floating type of the process, encoder and loss",
                       choices=tuple(DTYPES)),
@@ -127,6 +129,8 @@ SCHEMA: dict[str, Leaf | Section] = {
                             "(worth it on GPUs and CPUs with AMX/AVX512-BF16 units only)", choices=("fp32", "bf16")),
     "train.matmul": Leaf("auto", "str", "how the encoder's float32 CPU matrix products run: blas (torch's own), "
                          "onednn, or auto (onednn on AMD CPUs with AVX-512, blas elsewhere)", choices=MATMUL_BACKENDS),
+    "train.threads": Leaf(None, "int?", "torch's CPU threads; null: OMP_NUM_THREADS when set, else the CPUs this "
+                          "process may use (its affinity, cgroup quota, SLURM_CPUS_PER_TASK)", minimum=1),
     "train.figures": Leaf(True, "bool", "draw the run's figures once it has finished (PNG in its folder, and to W&B); "
                           "`icl plot RUN_DIR` draws them later"),
     "train.loss_limit": Leaf(1e6, "float?", "stop when |loss| exceeds this (divergence); null: only NaN/inf stop",
@@ -136,6 +140,10 @@ SCHEMA: dict[str, Leaf | Section] = {
     "eval.final_n_fit": Leaf(20480, "int", "fit samples of the final evaluation and the identity baseline", minimum=2),
     "eval.final_n_test": Leaf(40960, "int", "test samples of the final evaluation and the identity baseline", minimum=2),
     "eval.nonlinear": Leaf(True, "bool", "also measure nonlinear R² (kernel ridge)"),
+    "eval.mi": Leaf(True, "bool", "at each evaluation of a run whose loss bounds I(z; z+) (InfoNCE's log K - L): the "
+                    "true I, log K, the encoder's bound, the true critic's bound and the leave-one-out upper bound"),
+    "eval.dci": Leaf(False, "bool", "also measure DCI (Eastwood & Williams 2018): disentanglement, completeness and "
+                     "informativeness from a lasso's importances"),
     "eval.n_centres": Leaf(500, "int", "Nyström centres of the periodic nonlinear R² (fewer than the final "
                            "evaluation's, for speed)",
                            minimum=1),
@@ -332,11 +340,17 @@ def flat_keys(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in config.items():
         path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flat_keys(value, path + "."))
-        else:
-            out[path] = value
+        for dotted, leaf in (flat_keys(value, path + ".") if isinstance(value, Mapping) and value else {path: value}).items():
+            given_once(out, dotted, leaf)
     return out
+
+
+def given_once(flat: dict[str, Any], key: str, value: Any, source: str = "the config") -> None:
+    """``flat[key] = value``; a key given twice (nested and dotted, ``{"loss": {"tau": ..}, "loss.tau": ..}``)
+    is an error naming both values."""
+    if key in flat:
+        fail(key, value, f"given twice in {source} (also ={flat[key]!r}): give it once, nested or dotted")
+    flat[key] = value
 
 
 def drops_options(key: str, old: Any, new: Any) -> str | None:
@@ -355,10 +369,9 @@ def merge_layer(config: dict[str, Any], layer: Mapping[str, Any], source: str) -
     merged = copy.deepcopy(config)
     flat: dict[str, Any] = {}
     for key, value in layer.items():
-        if isinstance(value, Mapping) and (key in _SECTIONS or _component_prefix(key)):
-            flat.update(flat_keys({key: value}) if value else {key: value})
-        else:
-            flat[key] = value
+        nested = isinstance(value, Mapping) and value and (key in _SECTIONS or _component_prefix(key))
+        for dotted, leaf in (flat_keys({key: value}) if nested else {key: value}).items():
+            given_once(flat, dotted, leaf, source)
     # a component given as a bare string means {"name": string}
     for key in list(flat):
         if key in COMPONENT_SECTIONS and isinstance(flat[key], str):

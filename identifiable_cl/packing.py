@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from identifiable_cl.components import Components, clip_and_step, observations, precision, split_encodings
+from identifiable_cl.components import Components, clip_and_step, next_batch, observations, precision, split_encodings
 from identifiable_cl.linear import blas_only
 
 
@@ -76,7 +76,7 @@ def batched_by_default(cs: Sequence[Components]) -> bool:
 def batched_step(cs: Sequence[Components]) -> list[Tensor]:
     """One training step of every run in ``cs`` as one batched computation (the module docstring);
     their losses, on device."""
-    batches = [c.process.sample(c.config["train"]["batch_size"], c.batches) for c in cs]
+    batches = [next_batch(c) for c in cs]
     x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])
     params, buffers = _stacked(cs, "named_parameters"), _stacked(cs, "named_buffers")
     with precision(cs[0]), blas_only():

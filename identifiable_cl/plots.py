@@ -13,6 +13,8 @@
   "random rotation"), from ``summary.json`` or else the last evaluation.
 
 Every figure is titled with the run (:func:`run_title`: name, loss, process, seed).
+- ``mi.png`` (when the run's loss bounds the mutual information, ``eval.mi``): the encoder's bound
+  log K - L over training beside the true critic's bound, min(I, log K) and log K.
 - ``lambda.png`` (when the DGP has a true Λ, from ``summary.json`` or the last
   evaluation record): sorted learned Λ̂ beside sorted true Λ, and each Λ̂_i over
   steps with the true values as dashed lines.
@@ -30,24 +32,19 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from identifiable_cl import rundir
+from identifiable_cl.evaluation import catalog
 
 FIGURES = "figures"
-LABELS = {
-    "r2_linear": "linear R²",
-    "r2_nonlinear": "nonlinear R²",
-    "mcc_pearson": "MCC (Pearson)",
-    "mcc_spearman": "MCC (Spearman)",
-    "mcc_block_aware": "block-aware MCC",
-    "mcc_block_aware_random_rotation": "block-aware MCC, random rotation",
-}
-"""Readable names of the headline metrics and their references, in the order tables and legends list them."""
-REFERENCES = {"mcc_block_aware": "mcc_block_aware_random_rotation"}
-"""Metric -> key of its chance reference: the score of a Haar-random rotation of z on the same held-out
-latents (block-aware MCC forgives an orthogonal map inside each Λ group, so it is well above 0)."""
+LABELS = catalog.labels()
+"""Readable names of the headline metrics and their references, in the order tables and legends list them
+(from the metric catalog)."""
+REFERENCES = catalog.references()
+"""Metric -> key of its chance reference (block-aware MCC: the score of a Haar-random rotation of z on the
+same held-out latents; it forgives an orthogonal map inside each Λ group, so it is well above 0)."""
 REFERENCE_LABEL = "random rotation"
 """How tables and legends name the reference beside its metric."""
 CURVES = tuple(k for k in LABELS if k not in REFERENCES.values())
-BLOCK_PREFIXES = ("r2_linear_", "r2_nonlinear_")
+BLOCK_PREFIXES = catalog.block_prefixes()
 IN_SAMPLE = "_in_sample"
 """Suffix of the metrics scored on their own fit sample (``eval.in_sample_n``)."""
 MAX_POINTS = 2000
@@ -240,6 +237,32 @@ def lambda_figure(learned: Sequence[float], true: Sequence[float], steps: Sequen
     return fig
 
 
+def mi_figure(records: Sequence[Mapping[str, Any]], title: str = ""):
+    """The encoder's InfoNCE bound log K - L over training (records with ``mi_infonce_bound``) beside what
+    bounds it: the true critic's bound at the same K, min(I, log K) and log K (dashed lines), in nats."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 4), layout="constrained")
+    ax = fig.subplots()
+    points = [(r["step"], r["mi_infonce_bound"]) for r in records if _finite(r.get("mi_infonce_bound"))]
+    ax.plot(*zip(*points), marker="o", ms=3, label="encoder: log K − L (held-out batch)")
+    last = records[-1]
+    log_k, truth = last.get("log_k"), last.get("mi_true")
+    levels = [("true critic log p(z⁺|z): log K − L", last.get("mi_true_critic_bound"), "tab:green"),
+              ("log K", log_k, "black"),
+              ("min(I, log K)", min(truth, log_k) if _finite(truth) and _finite(log_k) else None, "tab:red")]
+    for (label, level, colour), style in zip(levels, ("--", "--", ":")):
+        if _finite(level):
+            ax.axhline(level, color=colour, ls=style, lw=1.0 if style == "--" else 2.0, label=f"{label} = {level:.2f}")
+    if _finite(truth):
+        ax.set_title(f"I(z; z⁺) = {truth:.2f} nats", fontsize=9)
+    ax.set(xlabel="step", ylabel="nats")
+    ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
 def draw_figures(run_dir: str | Path) -> dict[str, Path]:
     """Draw every figure the run's files allow; returns ``{name: path of the PNG}``.
 
@@ -268,6 +291,9 @@ def draw_figures(run_dir: str | Path) -> dict[str, Path]:
             figures["latents"] = latents_figure(data["z"], data["z_hat"], data["r2_per_dim"], title)
     if records:
         figures["training"] = training_figure(records, summary, title)
+    bounded = [r for r in records if _finite(r.get("mi_infonce_bound"))]
+    if bounded:
+        figures["mi"] = mi_figure(bounded, title)
     evaluated = [r for r in records if "lambda_true" in r]
     true = summary.get("lambda_true", evaluated[-1]["lambda_true"] if evaluated else None)
     if true:

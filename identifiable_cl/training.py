@@ -38,11 +38,13 @@ from identifiable_cl.components import (
     checkpoint_state,
     clip_and_step,
     load_run,
+    next_batch,
     observations,
     precision,
     split_encodings,
 )
 from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recovery, linear_readout
+from identifiable_cl.evaluation.information import truth as information_truth
 from identifiable_cl.packing import batched_by_default, batched_step, check_packable
 from identifiable_cl.tracking import Tracker, check_tracking, open_tracker
 
@@ -67,7 +69,7 @@ def train_step(c: Components) -> Tensor:
     With ``train.precision: bf16`` the encoder's forward pass runs under bfloat16 autocast
     and its outputs are cast back to float32 for the loss.
     """
-    batch = c.process.sample(c.config["train"]["batch_size"], c.batches)
+    batch = next_batch(c)
     with precision(c):
         h_all = c.encoder(observations(batch, c.process.dim))
     loss = c.loss(*split_encodings(h_all.to(c.process.dtype), batch))
@@ -100,11 +102,13 @@ def encode_fn(encoder: nn.Module) -> Callable[[Tensor], Tensor]:
 
 def eval_arguments(e: Mapping[str, Any], final: bool) -> dict[str, Any]:
     """The sample sizes and options of an evaluation from the config's ``eval`` section (the final
-    evaluation and the identity baseline use the ``final_*`` sizes)."""
+    evaluation and the identity baseline use the ``final_*`` sizes; ``enabled``: every boolean ``eval.*`` key,
+    which switch metrics of the catalog on)."""
     prefix = "final_" if final else ""
     return {
         "n_fit": e[prefix + "n_fit"], "n_test": e[prefix + "n_test"], "n_centres": e[prefix + "n_centres"],
         "nonlinear": e["nonlinear"], "in_sample": e["in_sample"],
+        "enabled": {f"eval.{k}": v for k, v in e.items() if isinstance(v, bool)},
     }
 
 
@@ -125,7 +129,34 @@ def evaluation(c: Components, final: bool) -> dict[str, Any]:
     if final:
         metrics.update(in_sample_metrics(encode_fn(c.encoder), c, f"eval.{c.step}.in_sample"))
     metrics.update(loss_metrics(c, metrics))
+    if c.config["eval"]["mi"]:
+        metrics.update(information_metrics(c))
     return metrics
+
+
+_TRUTHS: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
+def information_metrics(c: Components) -> dict[str, Any]:
+    """The mutual-information keys (:mod:`identifiable_cl.evaluation.information`) of a run whose loss bounds
+    I(z; z+) (``mi_bound``): the encoder's bound log K - L on a held-out batch of the training size, and the
+    process's own keys at that K, measured once per process, K and seed (they do not depend on the encoder)."""
+    mi_bound = getattr(c.loss, "mi_bound", None)
+    if mi_bound is None:
+        return {}
+    generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.step}.mi"))
+    batch = c.process.sample(c.config["train"]["batch_size"], generator)
+    with torch.no_grad():
+        h_all = encode_fn(c.encoder)(observations(batch, c.process.dim)).to(c.process.dtype)
+        value = float(c.loss(*split_encodings(h_all, batch)))
+    bound = mi_bound(value, batch.z.shape[0], None if batch.z_neg is None else batch.z_neg.shape[-2])
+    if bound is None:
+        return {}
+    k, encoder_bound = bound
+    key = (c.process.fingerprint(), k, c.config["seed"])
+    if key not in _TRUTHS:
+        _TRUTHS[key] = information_truth(c.process, k, c.process.make_generator(stream_seed(c.config["seed"], "eval.mi")))
+    return {**_TRUTHS[key], "mi_infonce_bound": encoder_bound}
 
 
 def in_sample_metrics(encode: Callable[[Tensor], Tensor], c: Components, stream: str) -> dict[str, float]:
@@ -219,23 +250,43 @@ def measure_identity(c: Components) -> dict[str, Any]:
     return reported(base)
 
 
+def identity_cache() -> Path | None:
+    """The folder :data:`identifiable_cl.rundir.IDENTITY_CACHE` names, or None; one that names something other
+    than a folder is an error naming it (checked before a run writes anything)."""
+    folder = os.environ.get(rundir.IDENTITY_CACHE)
+    if folder and Path(folder).exists() and not Path(folder).is_dir():
+        raise ValueError(f"{rundir.IDENTITY_CACHE}={folder!r} is not a folder: name a folder where runs share their "
+                         "identity baselines, or unset it")
+    return Path(folder) if folder else None
+
+
+def check_before_writing(c: Components) -> None:
+    """What can fail before training and is checked before a run's folder changes: its tracking and the
+    identity baselines' cache."""
+    check_tracking(c.config)
+    identity_cache()
+
+
 def shared_identity(c: Components) -> dict[str, Any]:
     """:func:`measure_identity`, measured once per :func:`identity_key` in this process and, with
     :data:`identifiable_cl.rundir.IDENTITY_CACHE` set, once for every run that shares that folder (a damaged
     file is measured again)."""
     key = identity_key(c)
     if key not in _IDENTITIES:
-        folder = os.environ.get(rundir.IDENTITY_CACHE)
-        path = Path(folder) / f"identity-{key}.json" if folder else None
+        folder = identity_cache()
+        path = folder / f"identity-{key}.json" if folder else None
         try:
             found = rundir.read_json(path, missing_ok=True) if path else None
-        except ValueError:
+        except (ValueError, OSError):
             found = None
         if found is None:
             found = measure_identity(c)
             if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                rundir.write_json(path, found)
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    rundir.write_json(path, found)
+                except OSError:
+                    pass  # a cache that cannot be written is not shared; the run has its baseline
         _IDENTITIES[key] = found
     return copy.deepcopy(_IDENTITIES[key])
 
@@ -303,7 +354,7 @@ class Trainer:
                components: Components | None = None) -> "Trainer":
         """A new run: everything is built first (or given, as built from ``config``), then the directory is written."""
         c = build(config) if components is None else components
-        check_tracking(c.config)
+        check_before_writing(c)
         run_dir = Path(run_dir)
         if run_dir.exists() and any(run_dir.iterdir()):
             raise ValueError(f"run directory {str(run_dir)!r} exists and is not empty; use --resume to continue it")
@@ -331,7 +382,7 @@ class Trainer:
         if steps < c.step:
             raise ValueError(f"train.steps={steps} is invalid: the run has reached step {c.step}, and a resumed run only "
                              f"goes on (give train.steps >= {c.step})")
-        check_tracking(c.config)
+        check_before_writing(c)
 
         def write() -> None:
             rundir.remove_stale_temporaries(run_dir)

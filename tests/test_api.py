@@ -83,6 +83,8 @@ def test_a_saved_process_round_trips_and_a_crafted_file_is_refused(tmp_path):
     (lambda: icl.train(None, [3]), r"^cannot read the argument 3: overrides are written --dotted.key=value"),
     (lambda: icl.load_config(3.5), r"^config of type float is invalid: give None, a YAML file or a preset name$"),
     (lambda: icl.load_run(None), r"^run_dir of type NoneType is invalid: give a run directory's path$"),
+    (lambda: icl.train({"loss": {"tau": 0.1}, "loss.tau": 0.2}),
+     r"^loss.tau=0.2 is invalid: given twice in the config \(also =0.1\): give it once, nested or dotted$"),
 ])
 def test_arguments_of_the_wrong_type_are_a_value_error_naming_the_argument(call, message, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

@@ -76,6 +76,18 @@ CASES = {
         ["sweep", "check", "s.yaml"],
         {"s.yaml": GRID + "  loss.tau: {distribution: q_uniform, min: 0.0, max: 1.0, q: 1.0e-7}\n"}, 1,
         "the grid has 10,000,000 points (10,000,000 (loss.tau)), more than the limit of 100,000"),
+    "a config giving a key nested and dotted": (
+        ["config", "c.yaml"], {"c.yaml": "loss:\n  tau: 0.1\nloss.tau: 0.2\n"}, 2,
+        "loss.tau=0.2 is invalid: given twice in c.yaml (also =0.1): give it once, nested or dotted"),
+    "devices that are not GPUs": (
+        ["sweep", "run", "s.yaml", "--devices", "0,banana!!"], {"s.yaml": GRID + "  seed: {values: [0]}\n"}, 2,
+        "--devices '0,banana!!': 'banana!!' is not a GPU"),
+    "a job memory that is not a number": (
+        ["sweep", "submit", "s.yaml", "--cluster", "debug", "--mem-gb", "nan"],
+        {"s.yaml": GRID + "  seed: {values: [0]}\n"}, 2, "--mem-gb nan: must be a finite number of GB > 0"),
+    "a negative time limit": (
+        ["sweep", "submit", "s.yaml", "--cluster", "debug", "--timeout-min", "-1"],
+        {"s.yaml": GRID + "  seed: {values: [0]}\n"}, 2, "--timeout-min -1: must be a whole number >= 1"),
 }
 
 
@@ -157,3 +169,12 @@ def test_hostile_use_of_a_run_folder_gets_one_clear_line(case, run):
             rundir.unlock(lock)
     assert exit_code == code and message in said, said
     assert snapshot(run) == before
+
+
+def test_an_identity_cache_that_is_not_a_folder_is_named_before_anything_is_written(tmp_path, monkeypatch):
+    (tmp_path / "cache").write_text("a file\n")
+    monkeypatch.setenv(rundir.IDENTITY_CACHE, str(tmp_path / "cache"))
+    before = snapshot(tmp_path)
+    exit_code, said = icl(["train", "--run-dir", "fresh"], tmp_path)
+    assert exit_code == 2 and f"ICL_IDENTITY_CACHE='{tmp_path / 'cache'}' is not a folder" in said, said
+    assert snapshot(tmp_path) == before and not (tmp_path / "fresh").exists()

@@ -40,7 +40,7 @@ def test_readme_plugin_builds_and_trains(tmp_path):
     plugins = subprocess.run(icl + ["plugins"], env=env, capture_output=True, text=True, check=True).stdout
     for name, target in (("torus", "Torus"), ("kumaraswamy", "Kumaraswamy"), ("jitter", "Jitter"),
                          ("opposite", "Opposite"), ("rotated_tanh", "RotatedTanh"), ("linear", "LinearEncoder"),
-                         ("align_uniform", "AlignUniform")):
+                         ("align_uniform", "AlignUniform"), ("r2_reverse", "ReverseR2")):
         assert re.search(rf"{name}\s+entry point icl_align:{target} \(icl-align 0.1.0\)", plugins), name
     assert re.search(r"t = 2\.0\s+uniformity temperature t > 0", plugins)  # the declared option docs
     small = ["--quiet", "--train.steps=5", "--train.batch_size=32", "--eval.final_n_fit=256", "--eval.final_n_test=256",
@@ -62,6 +62,8 @@ def test_readme_plugin_builds_and_trains(tmp_path):
         assert result.returncode == 0, (label, result.stderr)
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["steps"] == 5 and -1.0 <= summary["r2_linear"] <= 1.0
+        assert -1.0 <= summary["r2_reverse"] <= 1.0 and -1.0 <= summary["identity_r2_reverse"] <= 1.0
+        assert "reverse R²" in result.stdout  # a headline metric: a row of the printed table
     bad = subprocess.run(icl + ["train", "--run-dir", str(tmp_path / "bad"), "--loss.name=align_uniform", "--loss.tt=2"],
                          env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "loss.tt" in bad.stderr

@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 import torch
@@ -195,10 +196,54 @@ def test_threads_follow_the_cpus_a_run_was_given(tmp_path, monkeypatch):
     try:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
-        components.use_available_cpus()
+        components.use_threads()
         assert torch.get_num_threads() == 1
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
-        components.use_available_cpus()  # the user's choice stands
+        components.use_threads()  # the user's choice stands
         assert torch.get_num_threads() == 1
+        components.build(load_config(None, {"train.threads": 2}))  # a run's own key wins
+        assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_training_batch_is_drawn_on_one_thread_with_the_same_draws(tiny):
+    from identifiable_cl.components import build, next_batch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        c, plain = build(load_config(None, tiny)), build(load_config(None, tiny))
+        seen = []
+        sample = c.process.sample
+        c.process.sample = lambda *a: seen.append(torch.get_num_threads()) or sample(*a)
+        ours, theirs = next_batch(c), plain.process.sample(tiny["train.batch_size"], plain.batches)
+        assert seen == [1] and torch.get_num_threads() == 2
+        for name in ("z", "x", "z_pos", "x_pos"):
+            assert torch.equal(getattr(ours, name), getattr(theirs, name))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_dgp_seed_fixes_the_process_while_the_training_seed_varies(tiny):
+    from identifiable_cl.components import build
+
+    fixed = [build(load_config(None, {**tiny, "seed": s, "dgp.seed": 7})) for s in (1, 2)]
+    own = build(load_config(None, {**tiny, "seed": 7}))
+    assert fixed[0].process.fingerprint() == fixed[1].process.fingerprint() == own.process.fingerprint()
+    assert not torch.equal(fixed[0].encoder.state_dict()["net.0.weight"], fixed[1].encoder.state_dict()["net.0.weight"])
+    assert build(load_config(None, {**tiny, "seed": 1})).process.fingerprint() != own.process.fingerprint()
+
+
+def test_a_run_reports_the_information_it_bounds(tmp_path, tiny):
+    summary = Trainer.create(load_config(None, tiny), tmp_path / "with", progress=False).run()
+    assert summary["log_k"] == pytest.approx(math.log(2 * tiny["train.batch_size"] - 1))
+    assert summary["mi_true"] == pytest.approx(8.401254829, abs=1e-6)  # 10 × 0.840125: box, Laplace(0.1)
+    assert summary["mi_infonce_bound"] < summary["log_k"] and summary["mi_true_critic_bound"] < summary["log_k"]
+    assert summary["mi_loo_upper"] > summary["mi_true_critic_bound"]
+    records = [r for r in rundir.read_metrics(tmp_path / "with") if "mi_infonce_bound" in r]
+    assert [r["step"] for r in records] == [10, 20] and len({r["mi_true_critic_bound"] for r in records}) == 1
+    off = Trainer.create(load_config(None, {**tiny, "eval.mi": False}), tmp_path / "without", progress=False).run()
+    assert not any(k.startswith("mi_") or k == "log_k" for k in off)
+    for key in ("r2_linear", "r2_orthogonal", "mcc_pearson", "identity_r2_linear"):
+        assert off[key] == summary[key]  # measuring it changes nothing else

@@ -24,8 +24,11 @@ import torch
 from torch import Tensor
 
 from dgp import checks
-from dgp.base import Conditional, Space
+from dgp.base import Conditional, Marginal, Space
 from dgp.conditionals import CONDITIONALS
+from dgp.information import (
+    Information, box_step_information, gaussian_covariance, gaussian_information, log_gennorm, log_projected_normal,
+)
 from dgp.spaces import Box, Euclidean, Sphere
 from dgp.truncation import normal, truncated_normal
 
@@ -162,6 +165,51 @@ class Anisotropic(Conditional):
             estimate = max(accepted, 1) / drawn
         self.acceptance_rate = accepted / drawn if drawn else math.nan
         return out
+
+    def log_density(self, z_pos: Tensor, z: Tensor) -> Tensor:
+        """log p(z+ | z), float64, for ``(..., n)`` inputs that broadcast; a ValueError with a shell.
+
+        Box: the sum of the coordinates' truncated normal log-densities; R^n: the plain ones; sphere of radius r
+        without a shell: the projected normal of z/r + δ (:func:`dgp.information.log_projected_normal`) minus
+        (n-1) log r, a density for the surface measure of that sphere.
+        """
+        if self.shell is not None:
+            raise ValueError(self._shell_reason())
+        lam = self.lam.to(device=z.device, dtype=torch.float64)
+        if isinstance(self.space, Sphere):
+            r = self.space.radius
+            return log_projected_normal(z_pos, z.to(torch.float64) / r, lam) - (self.space.dim - 1) * math.log(r)
+        bounds = (self.space.low, self.space.high) if isinstance(self.space, Box) else ()
+        return log_gennorm(z_pos, z.to(torch.float64), (2.0 / lam).sqrt(), 2.0, *bounds).sum(-1)
+
+    def _shell_reason(self) -> str:
+        return (f"with shell={self.shell:g}, p(z+|z) is divided by the acceptance probability "
+                "P(|1 - ‖z/r + δ‖| < shell) of each anchor, which has no closed form")
+
+    def mutual_information(self, marginal: Marginal, **options: Any) -> Information:
+        """I(z; z+) in nats (:meth:`dgp.base.Conditional.mutual_information`).
+
+        Box with i.i.d. marginal coordinates (uniform or location-scale): Σ_i I₁(Λ_i), each I₁ by quadrature
+        (:func:`dgp.information.box_step_information`). R^n with a Gaussian marginal N(μ, Σ_z):
+        ½ log det(I + Σ_z Λ). Sphere with a shell: not available. Otherwise Monte Carlo (``options``: a
+        ``generator`` and the sizes ``n``, ``m``).
+        """
+        if isinstance(self.space, Box):
+            values, counts = torch.unique(self.lam, return_counts=True)
+            ones = [box_step_information(marginal, self.space.low, self.space.high, math.sqrt(2.0 / v), 2.0)
+                    for v in values.tolist()]
+            if None not in ones:
+                note = "Σ_i I₁(Λ_i) over independent coordinates, each I₁ by Gauss–Legendre quadrature"
+                return Information(sum(c * one for c, one in zip(counts.tolist(), ones)), None, "quadrature", note)
+        if isinstance(self.space, Euclidean):
+            cov = gaussian_covariance(marginal)
+            if cov is not None:
+                noise = torch.diag(1.0 / self.lam.to(torch.float64).cpu())
+                note = "½ log det(I + Σ_z Λ) for the Gaussian marginal N(μ, Σ_z) and steps N(0, diag(1/Λ))"
+                return Information(gaussian_information(cov, noise), None, "closed form", note)
+        if self.shell is not None:
+            return Information.unavailable(self._shell_reason())
+        return super().mutual_information(marginal, **options)
 
     def describe(self) -> str:
         lam = ", ".join(f"{v:g}" for v in self.lam.tolist())

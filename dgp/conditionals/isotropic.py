@@ -7,24 +7,34 @@ How the space is respected:
   [low, high] (:mod:`dgp.truncation`).
 
 Z21's default conditional parameter is 0.05, the default of every scale here.
+
+Each step law has density ∝ exp(-|δ_i/λ|^p) per coordinate (the normal: λ = σ√2, p = 2; Laplace: p = 1), which
+gives p(z+ | z) in closed form on the box and on R^n, and, for the normal only, on the sphere (a projected
+normal); :meth:`_Isotropic.mutual_information` uses quadrature on the box and the Gaussian closed form on R^n.
 """
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from dgp import checks, truncation
-from dgp.base import Conditional
+from dgp.base import Conditional, Marginal
 from dgp.conditionals import CONDITIONALS
-from dgp.spaces import Box, Sphere
+from dgp.information import (
+    Information, box_step_information, gaussian_covariance, gaussian_information, log_gennorm, log_projected_normal,
+)
+from dgp.spaces import Box, Euclidean, Sphere
 
 DEFAULT_SCALE = 0.05
 
 
 class _Isotropic(Conditional):
-    """Shared sampling; subclasses define the plain draw ``_around(z, generator)`` and the truncated one
-    ``_truncated(z, low, high, generator)``."""
+    """Shared sampling and densities; subclasses define the plain draw ``_around(z, generator)``, the truncated
+    one ``_truncated(z, low, high, generator)`` and the step law ``_step()``."""
 
     def __init__(self, space):
         super().__init__()
@@ -35,6 +45,59 @@ class _Isotropic(Conditional):
         if isinstance(self.space, Box):
             return self._truncated(z, self.space.low, self.space.high, generator)
         return self.space.project(self._around(z, generator))
+
+    def _step(self) -> tuple[float, float]:
+        """``(λ, p)``: each coordinate of the step has density ∝ exp(-|δ_i/λ|^p)."""
+        raise NotImplementedError
+
+    def _no_density(self) -> str | None:
+        """Why p(z+ | z) has no tractable form here, or None where it has one."""
+        if isinstance(self.space, Sphere) and self._step()[1] != 2.0:
+            return "this step projected onto the sphere has no tractable density p(z+|z) (only the normal's is known)"
+        return None
+
+    def log_density(self, z_pos: Tensor, z: Tensor) -> Tensor:
+        """log p(z+ | z), float64, for ``(..., n)`` inputs that broadcast; a ValueError where it is intractable.
+
+        Box: the sum of the coordinates' truncated log-densities; R^n: the plain ones; sphere of radius r (normal
+        steps only): the projected normal of (z + δ)/‖z + δ‖ (:func:`dgp.information.log_projected_normal`)
+        minus (n-1) log r, a density for the surface measure of that sphere.
+        """
+        reason = self._no_density()
+        if reason is not None:
+            raise ValueError(reason)
+        scale, p = self._step()
+        if isinstance(self.space, Sphere):
+            precision = torch.full((self.space.dim,), 2.0 / scale**2, dtype=torch.float64, device=z.device)
+            return log_projected_normal(z_pos, z, precision) - (self.space.dim - 1) * math.log(self.space.radius)
+        bounds = (self.space.low, self.space.high) if isinstance(self.space, Box) else ()
+        return log_gennorm(z_pos, z.to(torch.float64), scale, p, *bounds).sum(-1)
+
+    def mutual_information(self, marginal: Marginal, **options: Any) -> Information:
+        """I(z; z+) in nats (:meth:`dgp.base.Conditional.mutual_information`).
+
+        Box with i.i.d. marginal coordinates (uniform or location-scale): n·I₁, I₁ of one coordinate by
+        quadrature (:func:`dgp.information.box_step_information`). R^n with normal steps and a Gaussian marginal
+        N(μ, Σ_z): ½ log det(I + Σ_z/σ²). Otherwise Monte Carlo where p(z+|z) is tractable (``options``: a
+        ``generator`` and the sizes ``n``, ``m``), else not available.
+        """
+        scale, p = self._step()
+        n = self.space.dim
+        if isinstance(self.space, Box):
+            one = box_step_information(marginal, self.space.low, self.space.high, scale, p)
+            if one is not None:
+                note = f"n·I₁ with n = {n} independent coordinates, I₁ = {one:.6g} by Gauss–Legendre quadrature"
+                return Information(n * one, None, "quadrature", note)
+        if isinstance(self.space, Euclidean) and p == 2.0:
+            cov = gaussian_covariance(marginal)
+            if cov is not None:
+                noise = 0.5 * scale**2 * torch.eye(n, dtype=torch.float64)
+                note = "½ log det(I + Σ_z/σ²) for the Gaussian marginal N(μ, Σ_z) and steps N(0, σ² I)"
+                return Information(gaussian_information(cov, noise), None, "closed form", note)
+        reason = self._no_density()
+        if reason is not None:
+            return Information.unavailable(reason)
+        return super().mutual_information(marginal, **options)
 
     def _where(self) -> str:
         if isinstance(self.space, Box):
@@ -55,6 +118,9 @@ class NormalConditional(_Isotropic):
     def __init__(self, space, rng: torch.Generator | None = None, *, sigma: float = DEFAULT_SCALE):
         super().__init__(space)
         self.sigma = checks.positive("sigma", sigma)
+
+    def _step(self) -> tuple[float, float]:
+        return math.sqrt(2.0) * self.sigma, 2.0
 
     def _around(self, z: Tensor, generator: torch.Generator) -> Tensor:
         return truncation.normal(z, self.sigma, generator)
@@ -80,6 +146,9 @@ class LaplaceConditional(_Isotropic):
     def __init__(self, space, rng: torch.Generator | None = None, *, scale: float = DEFAULT_SCALE):
         super().__init__(space)
         self.scale = checks.positive("scale", scale)
+
+    def _step(self) -> tuple[float, float]:
+        return self.scale, 1.0
 
     def _around(self, z: Tensor, generator: torch.Generator) -> Tensor:
         return truncation.laplace(z, self.scale, generator)
@@ -109,6 +178,9 @@ class GenNormConditional(_Isotropic):
         super().__init__(space)
         self.scale = checks.positive("scale", scale)
         self.p = checks.positive("p", p)
+
+    def _step(self) -> tuple[float, float]:
+        return self.scale, self.p
 
     def _around(self, z: Tensor, generator: torch.Generator) -> Tensor:
         return truncation.gennorm(z, self.scale, self.p, generator)

@@ -6,12 +6,16 @@ p(z+ | z) draws the direction z+/r ~ vMF(z/‖z‖, κ): κ is the concentration
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from dgp import checks
-from dgp.base import Conditional
+from dgp.base import Conditional, Marginal
 from dgp.conditionals import CONDITIONALS
+from dgp.information import Information, is_marginal, vmf_information, vmf_log_normaliser
 from dgp.spaces import Sphere
 
 _MAX_ROUNDS = 10_000
@@ -84,6 +88,12 @@ def sample_vmf(mu: Tensor, kappa: float | Tensor, generator: torch.Generator) ->
     return (-s * x).to(mu.dtype)
 
 
+def _unit(x: Tensor) -> Tensor:
+    """Rows of ``x`` scaled to unit norm, in float64."""
+    x = x.to(torch.float64)
+    return x / x.norm(dim=-1, keepdim=True)
+
+
 @CONDITIONALS.register("vmf")
 class VonMisesFisher(Conditional):
     """z+ = r·x, x ~ vMF(z/‖z‖, κ), on the sphere of radius r (Z21's positive conditional on S^{n-1}).
@@ -107,6 +117,22 @@ class VonMisesFisher(Conditional):
     def sample(self, z: Tensor, generator: torch.Generator) -> Tensor:
         """``(B, n)`` positives on the sphere of radius r around the anchors ``z`` ``(B, n)``."""
         return self.space.radius * sample_vmf(z, self.kappa, generator)
+
+    def log_density(self, z_pos: Tensor, z: Tensor) -> Tensor:
+        """log p(z+ | z) = log C_n(κ) + κ cos∠(z, z+) - (n-1) log r, float64, for ``(..., n)`` inputs that
+        broadcast: a density for the surface measure of the sphere of radius r."""
+        n = self.space.dim
+        cosine = (_unit(z_pos) * _unit(z)).sum(-1)
+        return vmf_log_normaliser(n, self.kappa) + self.kappa * cosine - (n - 1) * math.log(self.space.radius)
+
+    def mutual_information(self, marginal: Marginal, **options: Any) -> Information:
+        """I(z; z+) in nats (:meth:`dgp.base.Conditional.mutual_information`): the closed form of
+        :func:`dgp.information.vmf_information` for the uniform marginal, else Monte Carlo (``options``: a
+        ``generator`` and the sizes ``n``, ``m``)."""
+        if is_marginal(marginal, "uniform"):
+            note = "log|S^{n-1}| + log C_n(κ) + κ A_n(κ) for the uniform marginal on the sphere"
+            return Information(vmf_information(self.space.dim, self.kappa), None, "closed form", note)
+        return super().mutual_information(marginal, **options)
 
     def describe(self) -> str:
         return f"von Mises-Fisher around z/r with concentration kappa={self.kappa:g} (directions), scaled to r"

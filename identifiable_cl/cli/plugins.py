@@ -40,6 +40,7 @@ def option_lines(kind: str, obj: Any) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import dgp  # noqa: F401  (registration)
     import identifiable_cl.encoders  # noqa: F401
+    import identifiable_cl.evaluation  # noqa: F401
     import identifiable_cl.losses  # noqa: F401
     from dgp.registry import REGISTRIES
 
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{kind}:")
         for entry in REGISTRIES[kind]:
             print(f"  {entry.name:<20} {entry.origin}")
+            if kind == "metrics":  # what it measures
+                print(f"    {entry.obj().summary()}")
             for line in option_lines(kind, entry.obj):
                 print(line)
     return 0

@@ -13,6 +13,12 @@ def _keys(text: str | None) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.consistency:
+        from identifiable_cl.aggregate import find_runs
+        from identifiable_cl.consistency import consistency_table
+
+        print(consistency_table(find_runs(args.dirs)))
+        return 0
     print(results(args.dirs, group_by=_keys(args.group_by), metrics=_keys(args.metrics), fmt=args.format))
     return 0
 
@@ -29,5 +35,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--group-by", metavar="KEYS", help="comma-separated config keys (default: the swept keys except seed)")
     p.add_argument("--metrics", metavar="KEYS", help=f"comma-separated summary keys (default: {','.join(DEFAULT_METRICS)})")
     p.add_argument("--format", choices=FORMATS, default="md", help="md (default), csv, json or latex (a booktabs tabular)")
+    p.add_argument("--consistency", action="store_true",
+                   help="instead: CEBRA's consistency score between every two finished runs of one process (same "
+                   "dgp.seed), R² of one run's embedding from the other's on the same held-out x, beside linear R²")
     p.set_defaults(func=run)
     return p

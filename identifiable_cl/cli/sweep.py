@@ -8,6 +8,7 @@ tree, installed with the package) is accepted too when no file of that name exis
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -88,6 +89,10 @@ def _devices(text: str | None) -> list[str] | None:
     if text is None:
         return None
     devices = [d.strip() for d in text.split(",") if d.strip()]
+    for device in devices:
+        if not re.fullmatch(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+", device):
+            raise ValueError(f"--devices {text!r}: {device!r} is not a GPU; give indices such as 0,1,2 or GPU UUIDs "
+                             "(GPU-..., MIG-...), as CUDA_VISIBLE_DEVICES takes them")
     if not devices:
         raise ValueError(f"--devices {text!r}: give a comma-separated list such as 0,1,2")
     return devices

@@ -154,10 +154,10 @@ def stoppable():
 
 
 def run(args: argparse.Namespace) -> int:
-    from identifiable_cl.components import use_available_cpus
+    from identifiable_cl.components import use_threads
     from identifiable_cl.training import Trainer
 
-    use_available_cpus()
+    use_threads()
     with stoppable():
         overrides = parse_overrides(args.overrides)
         if args.pack_file is not None:

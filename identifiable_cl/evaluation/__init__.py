@@ -3,7 +3,8 @@
 Pure functions (torch tensors or numpy arrays in, plain Python results out): ``linear_r2``,
 ``nonlinear_r2``, ``mcc``, ``correlation_matrix``, ``block_r2``, ``block_aware_mcc``,
 ``random_rotation_reference`` (the chance level of block-aware MCC), ``lambda_recovery``,
-``spectrum``, ``effective_rank``, ``metrics``. Wrappers: ``evaluate`` and
+``spectrum``, ``effective_rank``, ``metrics``; the metric catalog (``METRICS``, ``Metric``, ``Scoring``:
+every measure declared once, :mod:`identifiable_cl.evaluation.catalog`). Wrappers: ``evaluate`` and
 ``identity_baseline`` draw held-out samples from a data-generating process and an encoder;
 ``linear_readout`` returns true and linearly read-out test latents for scatter plots.
 """
@@ -11,6 +12,7 @@ Pure functions (torch tensors or numpy arrays in, plain Python results out): ``l
 from identifiable_cl.evaluation.blocks import (
     RotationReference, block_aware_mcc, block_r2, haar_orthogonal, random_rotation_reference, split_by_block,
 )
+from identifiable_cl.evaluation.catalog import METRICS, Metric, Scoring
 from identifiable_cl.evaluation.lambdas import lambda_recovery
 from identifiable_cl.evaluation.mcc import correlation_matrix, mcc
 from identifiable_cl.evaluation.regression import linear_r2, nonlinear_r2
@@ -21,9 +23,12 @@ from identifiable_cl.evaluation.wrappers import evaluate, identity_baseline, lin
 __all__ = [
     "BlockMCCResult",
     "KernelR2Result",
+    "METRICS",
+    "Metric",
     "MCCResult",
     "R2Result",
     "RotationReference",
+    "Scoring",
     "SpectrumResult",
     "block_aware_mcc",
     "block_r2",

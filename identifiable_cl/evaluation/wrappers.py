@@ -14,30 +14,10 @@ import torch
 from torch import Tensor
 
 from dgp import checks
-from identifiable_cl.evaluation.blocks import block_aware_mcc, check_blocks, random_rotation_reference, split_by_block
-from identifiable_cl.evaluation.mcc import mcc
-from identifiable_cl.evaluation.regression import LinearMap, linear_r2, nonlinear_r2, prepare, r2_scores
-from identifiable_cl.evaluation.spectrum import spectrum
+from identifiable_cl.evaluation.catalog import Scoring, compute
+from identifiable_cl.evaluation.regression import LinearMap, prepare, r2_scores
 
 Metrics = dict[str, Any]
-
-REFERENCE_SEED = 20240701
-"""Seed of the random-rotation reference when ``metrics`` is given no generator."""
-
-
-def reference_generator(generator: torch.Generator | None) -> torch.Generator:
-    """A CPU generator of its own for the rotations of the block-aware MCC reference.
-
-    Seeded by one draw from a copy of ``generator`` (its state is copied, so the caller's generator,
-    and with it every other metric's random draws, stays where it was), or by ``REFERENCE_SEED``
-    when there is no generator: the same generator state always gives the same rotations.
-    """
-    if generator is None:
-        return torch.Generator().manual_seed(REFERENCE_SEED)
-    copy = torch.Generator(device=generator.device)
-    copy.set_state(generator.get_state())
-    seed = torch.randint(0, 2**62, (1,), generator=copy, device=generator.device)
-    return torch.Generator().manual_seed(int(seed))
 
 
 def metrics(
@@ -53,54 +33,32 @@ def metrics(
     generator: torch.Generator | None = None,
     rotation_reference: bool = True,
     n_centres: int = 1000,
+    enabled: Mapping[str, bool] | None = None,
 ) -> Metrics:
-    """Every metric of a representation as a flat dict of floats and lists.
+    """Every metric of the catalog (:mod:`identifiable_cl.evaluation.catalog`) that is enabled and applies,
+    as a flat dict of floats and lists.
 
     Regressions are fitted on (z_fit, h_fit) and scored on (z_test, h_test) (on the fit pair when
     ``in_sample=True``); MCCs, block-aware MCC and the spectrum use the scoring pair. Keys:
     ``r2_linear``, ``r2_linear_per_dim``, ``r2_nonlinear``, ``r2_nonlinear_per_dim`` (when
     ``nonlinear``), ``mcc_pearson``, ``mcc_pearson_per_dim``, ``mcc_matching`` (the Pearson
     matching as a list of [latent dim, representation dim], the input of ``lambda_recovery``),
-    ``mcc_spearman``, ``mcc_spearman_per_dim``, ``r2_linear_<block>`` and ``r2_nonlinear_<block>`` for every block, ``mcc_block_aware``,
-    ``mcc_block_aware_per_dim`` and (with ``rotation_reference``) ``mcc_block_aware_random_rotation``
-    when ``lambda_groups`` is given, ``effective_rank`` and ``singular_values``. ``n_centres``: the
-    Nyström centres of ``nonlinear_r2``.
+    ``mcc_spearman``, ``mcc_spearman_per_dim``, ``r2_linear_<block>`` and ``r2_nonlinear_<block>`` for every
+    block, ``mcc_block_aware``, ``mcc_block_aware_per_dim`` and (with ``rotation_reference``)
+    ``mcc_block_aware_random_rotation`` when ``lambda_groups`` is given, ``effective_rank`` and
+    ``singular_values``, and those of any other metric ``enabled`` switches on (its ``enabled_by`` key, e.g.
+    ``{"eval.dci": True}``). ``n_centres``: the Nyström centres of ``nonlinear_r2``.
 
     ``mcc_block_aware_random_rotation`` is the chance level of ``mcc_block_aware``: its mean over
     Haar-random rotations h = z R of the scoring latents (``random_rotation_reference``), drawn
-    from a generator of their own (``reference_generator``), so that it leaves the draws of the
+    from a generator of their own (``catalog.reference_generator``), so that it leaves the draws of the
     other metrics as they are without it.
     """
     nonlinear = checks.boolean("eval.nonlinear", nonlinear)
     in_sample = checks.boolean("eval.in_sample", in_sample)
-    linear = linear_r2(z_fit, h_fit, z_test, h_test, in_sample=in_sample)
-    z_score, h_score = (z_fit, h_fit) if in_sample else (z_test, h_test)
-    named = check_blocks(blocks or {}, len(linear.per_dim))
-    out: Metrics = {"r2_linear": linear.mean, "r2_linear_per_dim": linear.per_dim}
-    out.update({f"r2_linear_{name}": part.mean for name, part in split_by_block(linear, named).items()})
-    if nonlinear:
-        kernel = nonlinear_r2(z_fit, h_fit, z_test, h_test, in_sample=in_sample, generator=generator,
-                              n_centres=n_centres)
-        out["r2_nonlinear"] = kernel.mean
-        out["r2_nonlinear_per_dim"] = kernel.per_dim
-        out.update({f"r2_nonlinear_{name}": part.mean for name, part in split_by_block(kernel, named).items()})
-    for method in ("pearson", "spearman"):
-        result = mcc(z_score, h_score, method=method)
-        out[f"mcc_{method}"] = result.mean
-        out[f"mcc_{method}_per_dim"] = result.per_dim
-        if method == "pearson":
-            out["mcc_matching"] = [[i, j] for i, j in result.matching]
-    if lambda_groups is not None:
-        aligned = block_aware_mcc(z_score, h_score, lambda_groups)
-        out["mcc_block_aware"] = aligned.mean
-        out["mcc_block_aware_per_dim"] = aligned.per_dim
-        if rotation_reference:
-            chance = random_rotation_reference(z_score, lambda_groups, reference_generator(generator))
-            out["mcc_block_aware_random_rotation"] = chance.mean
-    spec = spectrum(h_score)
-    out["effective_rank"] = spec.effective_rank
-    out["singular_values"] = spec.singular_values
-    return out
+    scoring = Scoring(z_fit, h_fit, z_test, h_test, in_sample=in_sample, blocks=blocks, lambda_groups=lambda_groups,
+                      generator=generator, rotation_reference=rotation_reference, n_centres=n_centres)
+    return compute(scoring, {**(enabled or {}), "eval.nonlinear": nonlinear})
 
 
 def encode_latents(encode: Callable[[Tensor], Tensor], process: Any, z: Tensor, batch_size: int) -> Tensor:
@@ -139,6 +97,7 @@ def evaluate(
     batch_size: int = 8192,
     rotation_reference: bool = True,
     n_centres: int = 1000,
+    enabled: Mapping[str, bool] | None = None,
 ) -> Metrics:
     """Metrics of the encoder ``encode`` (x (B, dim) -> h (B, d)) on fresh samples of ``process``.
 
@@ -147,7 +106,8 @@ def evaluate(
     process's blocks and Λ groups (held-out as in vK21's evaluation: 20,480 fit / 40,960 test).
     With ``in_sample=True`` only the fit sample is drawn and everything is scored on it.
     ``rotation_reference=False`` leaves out block-aware MCC's chance level (it depends on the
-    process only, not on the encoder, so a run measures it once, in its final evaluation).
+    process only, not on the encoder, so a run measures it once, in its final evaluation); ``enabled``
+    switches metrics on by their config keys (``metrics``).
     """
     n_fit = checks.integer("eval.n_fit", n_fit, minimum=2)
     n_test = checks.integer("eval.n_test", n_test, minimum=2)
@@ -158,7 +118,7 @@ def evaluate(
     z_test, h_test = (None, None) if in_sample else _draw(encode, process, generator, n_test, batch_size)
     return metrics(z_fit, h_fit, z_test, h_test, blocks=process.blocks, lambda_groups=process.lambda_groups,
                    nonlinear=nonlinear, in_sample=in_sample, generator=generator,
-                   rotation_reference=rotation_reference, n_centres=n_centres)
+                   rotation_reference=rotation_reference, n_centres=n_centres, enabled=enabled)
 
 
 def identity_baseline(process: Any, generator: torch.Generator, **options: Any) -> Metrics:

@@ -100,6 +100,20 @@ DECOUPLED = ("decoupled_logsumexp", "decoupled_logmeanexp")
 """The reductions whose denominator leaves the positive out (module docstring)."""
 
 
+def bound_candidates(negatives: str, reduction: str, batch: int, separate: int | None) -> int | None:
+    """K of InfoNCE's bound on the mutual information of the views, I(z; z+) >= log K - L with L in its
+    log-sum form (van den Oord et al. 2018; Poole et al. 2019): an anchor's candidates, its positive and its
+    negatives, for a batch of ``batch`` pairs and ``separate`` DGP negatives per anchor (shared or not):
+    2B - 1 (``symmetric``, ``r24``), B (``one_sided``, ``first_view_others``), separate + 1 (``independent``).
+    None where the loss is no such bound: a decoupled reduction (the positive is no candidate) or
+    ``first_view`` (the anchor itself is one)."""
+    if reduction in DECOUPLED or negatives == "first_view":
+        return None
+    if negatives == "independent":
+        return None if separate is None else separate + 1
+    return 2 * batch - 1 if negatives in ("symmetric", "r24") else batch
+
+
 def check_lr(value: Any) -> float | None:
     """``None`` (the trainer's loss lr) or a positive learning rate for the loss parameters."""
     return None if value is None else checks.positive("lr", value)
@@ -359,6 +373,16 @@ class ContrastiveLoss(nn.Module):
     def logs(self) -> dict[str, float | list[float]]:
         """Scalars and vectors worth logging (learnt temperature, learnt Λ̂, ...)."""
         return {}
+
+    def mi_bound(self, value: float, batch: int, separate: int | None) -> tuple[int, float] | None:
+        """(K, log K - L): the lower bound on I(z; z+) its value ``value`` on a batch of ``batch`` pairs gives
+        (:func:`bound_candidates`; a log-mean reduction's value is already L - log K, its bound -L), or None
+        for a loss that is no such bound (the default)."""
+        negatives, reduction = getattr(self, "negatives", None), getattr(self, "reduction", None)
+        k = None if negatives is None else bound_candidates(negatives, reduction, batch, separate)
+        if k is None:
+            return None
+        return k, -value if reduction == "logmeanexp" else math.log(k) - value
 
     def param_groups(self) -> list[dict[str, Any]]:
         """Optimizer groups ``{"params": [...], "lr": float | None}`` of the loss's parameters."""

@@ -63,6 +63,11 @@ class HardNegativeInfoNCE(InfoNCE):
                 "tau_plus > 0: 'logsumexp', 'logmeanexp' (or set tau_plus to 0 to decouple)",
             )
 
+    def mi_bound(self, value: float, batch: int, separate: int | None) -> tuple[int, float] | None:
+        """InfoNCE's bound (:meth:`ContrastiveLoss.mi_bound`) only without reweighting (β = 0, τ⁺ = 0): the
+        importance weights change the denominator, which the bound does not allow."""
+        return super().mi_bound(value, batch, separate) if self.beta == 0 and self.tau_plus == 0 else None
+
     def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
         """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
         h, h_pos, h_neg, kind = self._prepare(h, h_pos, h_neg)

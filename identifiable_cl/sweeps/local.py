@@ -229,11 +229,15 @@ def claim(run: PlannedRun) -> int:
 
 INTERRUPTED_EXIT = 130
 """The exit code of an ``icl train`` stopped by Ctrl-C (SIGINT), which keeps its checkpoint."""
+STOPPED_EXITS = (INTERRUPTED_EXIT, -signal.SIGINT, -signal.SIGTERM, -signal.SIGUSR2)
+"""Exit codes of a run stopped by a signal: :data:`INTERRUPTED_EXIT` once ``icl train`` handles its stop
+signals, minus the signal's number when one arrived before (while it started), which leaves the checkpoint of
+an earlier attempt as it was."""
 
 
 def stopped_by_signal(state: str | None, exit_code: int | None) -> bool:
-    """A run recorded as failed with :data:`INTERRUPTED_EXIT`: stopped by a signal, its checkpoint kept."""
-    return state == "failed" and exit_code == INTERRUPTED_EXIT
+    """A run recorded as failed with one of :data:`STOPPED_EXITS`: stopped by a signal, its checkpoint kept."""
+    return state == "failed" and exit_code in STOPPED_EXITS
 
 
 def resumable_step(spec: SweepSpec, run: PlannedRun) -> int | None:

@@ -15,6 +15,7 @@ other, when the results are collected).
 
 from __future__ import annotations
 
+import math
 import signal
 import subprocess
 import threading
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from identifiable_cl.sweeps.local import INTERRUPTED_EXIT, execute_pack, is_finished, write_sweep_file
+from identifiable_cl.sweeps.local import execute_pack, is_finished, stopped_by_signal, write_sweep_file
 from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
 from identifiable_cl.sweeps.spec import SweepSpec
 
@@ -38,7 +39,8 @@ class OfflineJob:
 
     Slurm signals every process of the job: on a cancel (SIGTERM, which submitit's runner ignores) and at the
     warning before a time limit or a preemption (SIGUSR2) the run itself checkpoints the step it reached and
-    ends interrupted, which is recorded. After a SIGUSR2 the job is then requeued as submitit requeues a
+    ends interrupted, which is recorded (a signal that arrives while the run starts ends it before its first
+    step, the checkpoint of an earlier attempt kept). After a SIGUSR2 the job is then requeued as submitit requeues a
     checkpointable job (:meth:`checkpoint`), and the requeued job resumes the run from that checkpoint.
     """
 
@@ -51,7 +53,7 @@ class OfflineJob:
             code = execute_pack(self.spec, [run])[0].exit_code
         finally:
             signal.signal(signal.SIGUSR2, requeue)
-        if warned.is_set() and code == INTERRUPTED_EXIT and callable(requeue):
+        if warned.is_set() and stopped_by_signal("failed", code) and callable(requeue):
             requeue(signal.SIGUSR2, None)  # submitit's handler: checkpoint(), scontrol requeue, exit
         return code
 
@@ -94,8 +96,12 @@ def make_executor(
 
     if cluster not in CLUSTERS:
         raise ValueError(f"--cluster {cluster!r}: allowed: {', '.join(CLUSTERS)}")
-    if parallelism is not None and parallelism < 1:
-        raise ValueError(f"--parallelism {parallelism}: must be >= 1")
+    for option, value, least in (("--parallelism", parallelism, 1), ("--gpus-per-node", gpus_per_node, 0),
+                                 ("--cpus-per-task", cpus_per_task, 1), ("--timeout-min", timeout_min, 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ValueError(f"{option} {value!r}: must be a whole number >= {least}")
+    if mem_gb is not None and not (isinstance(mem_gb, (int, float)) and math.isfinite(mem_gb) and mem_gb > 0):
+        raise ValueError(f"--mem-gb {mem_gb!r}: must be a finite number of GB > 0")
     executor = submitit.AutoExecutor(folder=folder / "%j", cluster=cluster, slurm_max_num_timeout=REQUEUES)
     parameters: dict[str, Any] = {
         "name": name,

@@ -158,3 +158,11 @@ def test_marginal_and_conditional_must_agree_on_the_content_block():
     }
     with pytest.raises(ValueError, match="dgp.conditional.content_dim=4 is invalid: the marginal's content block has 3"):
         dgp.build_process(config)
+
+
+def test_a_config_s_own_seed_wins_and_leaves_the_config_as_without_it():
+    own = dgp.build_process({"seed": 3, "mixing": {"name": "mlp", "cond_draws": 20}}, seed=0)
+    given = dgp.build_process({"mixing": {"name": "mlp", "cond_draws": 20}}, seed=3)
+    unset = dgp.build_process({"seed": None, "mixing": {"name": "mlp", "cond_draws": 20}}, seed=3)
+    assert own.seed == given.seed == unset.seed == 3 and "seed" not in own.config
+    assert own.fingerprint() == given.fingerprint() == unset.fingerprint()

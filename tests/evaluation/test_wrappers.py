@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from identifiable_cl.evaluation import evaluate, identity_baseline, linear_readout, metrics, random_rotation_reference
-from identifiable_cl.evaluation.wrappers import reference_generator
+from identifiable_cl.evaluation.catalog import reference_generator
 
 
 class FakeProcess:
@@ -40,7 +40,8 @@ class FakeProcess:
 SMALL = dict(n_fit=1500, n_test=1500, batch_size=500)
 BASE_KEYS = {
     "r2_linear", "r2_linear_per_dim", "r2_nonlinear", "r2_nonlinear_per_dim", "mcc_pearson", "mcc_pearson_per_dim",
-    "mcc_matching", "mcc_spearman", "mcc_spearman_per_dim", "effective_rank", "singular_values",
+    "mcc_matching", "mcc_spearman", "mcc_spearman_per_dim", "effective_rank", "singular_values", "r2_orthogonal",
+    "r2_orthogonal_per_dim",
 }
 
 
@@ -50,7 +51,8 @@ def test_inverse_encoder_scores_one_and_keys_are_flat():
     blocks = {"r2_linear_content", "r2_linear_style", "r2_nonlinear_content", "r2_nonlinear_style"}
     aware = {"mcc_block_aware", "mcc_block_aware_per_dim", "mcc_block_aware_random_rotation"}
     assert set(out) == BASE_KEYS | blocks | aware
-    for key in ("r2_linear", "r2_nonlinear", "mcc_pearson", "mcc_spearman", "mcc_block_aware", "r2_linear_style"):
+    for key in ("r2_linear", "r2_nonlinear", "r2_orthogonal", "mcc_pearson", "mcc_spearman", "mcc_block_aware",
+                "r2_linear_style"):
         assert out[key] == pytest.approx(1.0, abs=1e-3), key
     assert out["mcc_matching"] == [[0, 0], [1, 1], [2, 2], [3, 3]]
     assert out["effective_rank"] > 3.9

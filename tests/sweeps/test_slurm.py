@@ -34,14 +34,16 @@ def slurm():
         pytest.skip(f"sinfo does not answer: {answer.stderr.strip()}")
 
 
-def submit(tmp_path: Path, monkeypatch):
+def submit(tmp_path: Path, monkeypatch, steps: int = STEPS, timeout_min: int = 10, warn_s: int = 90):
     """One run of ``icl train`` submitted as a job from an environment whose PATH has no ``icl`` (sbatch hands
-    the job that environment): the bare ``icl`` of the sweep's command runs as this interpreter."""
+    the job that environment): the bare ``icl`` of the sweep's command runs as this interpreter. The job's time
+    limit is ``timeout_min``, warned ``warn_s`` seconds before."""
     sweep = tmp_path / "one.yaml"
-    parameters = {key: {"value": value} for key, value in RUN_ARGS.items()}
+    parameters = {key: {"value": value} for key, value in {**RUN_ARGS, "train.steps": steps, "train.eval_every": steps}.items()}
     sweep.write_text(yaml.safe_dump({"name": "one", "method": "grid", "command": ["icl", "train", "--quiet", "${args}"],
                                      "parameters": {"seed": {"value": 0}, **parameters}}))
-    executor = make_executor(tmp_path / "submitit", "slurm", name="icl-test", timeout_min=10, cpus_per_task=1)
+    executor = make_executor(tmp_path / "submitit", "slurm", name="icl-test", timeout_min=timeout_min, cpus_per_task=1)
+    executor.update_parameters(slurm_signal_delay_s=warn_s)
     with monkeypatch.context() as env:
         env.setenv("PATH", "/usr/bin:/bin")
         env.setenv("WANDB_MODE", "disabled")
@@ -116,13 +118,38 @@ def test_a_warned_or_preempted_task_checkpoints_and_is_requeued_to_finish(slurm,
     wait(lambda: (read_status(run.folder) or {}).get("exit_code") == 130, 120, "the run to stop interrupted")
     kept = checkpoint_step(run)
     wait(lambda: job_state(job_id) == "PENDING", 120, "the job to be requeued")
-    # Slurm holds a requeued job for 120 s; started at once, it would get a credential of the same second as
-    # the revoked one of its first attempt, which slurmd refuses: wait two seconds, then release it
-    time.sleep(2)
-    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)
+    release(job_id)
     ended(job_id)
     status = read_status(run.folder)
     assert (status["state"], status["exit_code"], status["resumed_from_step"]) == ("finished", 0, kept), status
     assert status["wandb_id"] == run.wandb_id
     assert read_json(run.folder / "run" / "summary.json")["steps"] == STEPS
+    assert [p.name for p in run.folder.parent.iterdir() if p.is_dir() and p.name[0] != "."] == [run.folder.name]
+
+
+def release(job_id: str) -> None:
+    """Start a requeued job now. Slurm holds a requeued job for 120 s; started at once, it would get a credential
+    of the same second as the revoked one of its first attempt, which slurmd refuses: wait two seconds first."""
+    time.sleep(2)
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)
+
+
+@pytest.mark.slow
+def test_a_run_longer_than_its_time_limit_finishes_over_several_jobs(slurm, tmp_path, monkeypatch):
+    """A real one-minute limit, warned 40 s before (Slurm may warn up to a minute early, so also while the run
+    starts): every attempt checkpoints on the warning and is requeued, and the last one finishes the run."""
+    steps = 40_000
+    run, job_id = submit(tmp_path, monkeypatch, steps=steps, timeout_min=1, warn_s=40)
+    deadline = time.monotonic() + 900
+    while (state := job_state(job_id)) != "":
+        assert time.monotonic() < deadline, "the run did not finish in 15 minutes"
+        if state == "PENDING" and (read_status(run.folder) or {}).get("exit_code") is not None:
+            release(job_id)  # requeued after a warning
+        time.sleep(1)
+    status = read_status(run.folder)
+    assert (status["state"], status["exit_code"]) == ("finished", 0), status
+    attempts = status["resumed_from_steps"]
+    assert len(attempts) >= 1 and attempts == sorted(attempts), status
+    assert status["wandb_id"] == run.wandb_id
+    assert read_json(run.folder / "run" / "summary.json")["steps"] == steps
     assert [p.name for p in run.folder.parent.iterdir() if p.is_dir() and p.name[0] != "."] == [run.folder.name]

@@ -120,7 +120,11 @@ def test_group_by_an_unknown_key_is_an_error(tmp_path):
         results([tmp_path / "out"], group_by=["loss.tauu"])
 
 
-def test_an_interrupted_icl_train_run_resumes_from_its_checkpoint(tmp_path, tiny, interrupt_at):
+@pytest.mark.parametrize("left", [
+    {"state": "running", "exit_code": None},  # its runner was killed
+    {"state": "failed", "exit_code": -signal.SIGUSR2},  # a stop signal arrived while its next attempt started
+])
+def test_an_interrupted_icl_train_run_resumes_from_its_checkpoint(tmp_path, tiny, interrupt_at, left):
     from identifiable_cl.components import load_config
     from identifiable_cl.sweeps.local import PARAMS, RUN, write_params
     from identifiable_cl.training import Interrupted, Trainer
@@ -133,7 +137,7 @@ def test_an_interrupted_icl_train_run_resumes_from_its_checkpoint(tmp_path, tiny
     }))
     spec = load_sweep(path)
     (run,) = plan_runs(spec, tmp_path / "out")
-    # the state a killed runner leaves: the run's folder, its checkpoint at step 10, a 'running' status
+    # the state an interrupted run leaves: the run's folder, its checkpoint at step 10, its status
     run.folder.mkdir(parents=True)
     write_params(run.folder / PARAMS, run.params)
     interrupt_at(13)
@@ -141,8 +145,7 @@ def test_an_interrupted_icl_train_run_resumes_from_its_checkpoint(tmp_path, tiny
         Trainer.create(load_config(None, run.params), run.folder / RUN, progress=False).run()
     interrupt_at(None)
     command = [sys.executable, "-m", "identifiable_cl.cli", "train", "--run-dir", str(run.folder / RUN)]
-    (run.folder / STATUS).write_text(json.dumps({"state": "running", "exit_code": None, "pid": 999999999,
-                                                 "command": command}))
+    (run.folder / STATUS).write_text(json.dumps({**left, "pid": 999999999, "command": command}))
     lines = []
     (outcome,) = run_sweep(spec, tmp_path / "out", echo=lines.append)
     assert outcome.state == "finished", (run.folder / "stdout.log").read_text()

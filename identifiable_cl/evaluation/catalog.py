@@ -1,0 +1,277 @@
+"""The metric catalog: every measure of recovery declared once, as a :class:`Metric` registered in
+:data:`METRICS` under the key it reports.
+
+A metric is a class with its readable ``label``, the class of maps it ``tests`` (a perfect score means h
+recovers z up to such a map), its ``chance`` level when one is known, the key of a chance ``reference`` it
+reports itself, the config key that enables it (``enabled_by``, a boolean ``eval.*`` key; None: always),
+whether it ``applies`` to a scoring (e.g. only where the process has Λ groups), and ``__call__`` computing
+its keys from a :class:`Scoring`. :func:`~identifiable_cl.evaluation.metrics` computes every enabled metric
+in ``rank`` order; the printed table, ``summary.json`` and W&B keys, ``icl results``'s default columns and
+the figures' labels and reference lines derive from this catalog. Other distributions add metrics under the
+entry-point group ``identifiable_cl.metrics`` (``icl plugins --kind metrics`` lists them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from dgp.registry import Registry
+from identifiable_cl.evaluation.blocks import block_aware_mcc, check_blocks, random_rotation_reference, split_by_block
+from identifiable_cl.evaluation.dci import dci
+from identifiable_cl.evaluation.mcc import mcc
+from identifiable_cl.evaluation.orthogonal import orthogonal_r2
+from identifiable_cl.evaluation.records import R2Result
+from identifiable_cl.evaluation.regression import linear_r2, nonlinear_r2
+from identifiable_cl.evaluation.spectrum import spectrum
+
+METRICS = Registry("metrics")
+"""Metric classes by the key they report (entry-point group ``identifiable_cl.metrics``)."""
+
+REFERENCE_SEED = 20240701
+"""Seed of the random-rotation reference when a scoring has no generator."""
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What a metric is computed from: true latents z ``(N, n)`` and representations h ``(N, d)`` of a fit
+    pair and a test pair (tensors or arrays; the test pair is None when ``in_sample``), the process's named
+    ``blocks`` of latent indices and ``lambda_groups`` (None without a Λ), the ``generator`` of the random
+    draws some metrics make, whether to measure chance references, and the kernel ridge's Nyström centres."""
+
+    z_fit: Any
+    h_fit: Any
+    z_test: Any = None
+    h_test: Any = None
+    in_sample: bool = False
+    blocks: Mapping[str, Sequence[int]] | None = None
+    lambda_groups: Sequence[Sequence[int]] | None = None
+    generator: torch.Generator | None = None
+    rotation_reference: bool = True
+    n_centres: int = 1000
+
+    @property
+    def z_score(self) -> Any:
+        """The latents metrics without a fit score on: the fit sample in sample, else the test sample."""
+        return self.z_fit if self.in_sample else self.z_test
+
+    @property
+    def h_score(self) -> Any:
+        return self.h_fit if self.in_sample else self.h_test
+
+
+def reference_generator(generator: torch.Generator | None) -> torch.Generator:
+    """A CPU generator of its own for chance references: seeded by one draw from a copy of ``generator``
+    (its state is copied, so the caller's generator, and with it every other metric's draws, stays where it
+    was), or by :data:`REFERENCE_SEED` without one; the same generator state always gives the same draws."""
+    if generator is None:
+        return torch.Generator().manual_seed(REFERENCE_SEED)
+    copy = torch.Generator(device=generator.device)
+    copy.set_state(generator.get_state())
+    seed = torch.randint(0, 2**62, (1,), generator=copy, device=generator.device)
+    return torch.Generator().manual_seed(int(seed))
+
+
+class Metric:
+    """One measure of recovery; the key it reports is the name it is registered under (``key``, set by
+    :func:`ordered`).
+
+    ``__call__(scoring)`` returns its keys: ``key`` itself (a float), and any others it reports beside it
+    (``<key>_per_dim``, its reference ...). ``rank`` orders computing and listing (metrics that draw from
+    the scoring's generator draw in that order); ``headline`` ones are table columns and figure curves."""
+
+    key: str = ""
+    label: str = ""
+    tests: str = ""
+    chance: float | None = None
+    reference: str | None = None
+    reference_label: str | None = None
+    enabled_by: str | None = None
+    columns: dict[str, str] | None = None
+    """The headline keys it reports with their labels, when not just ``{key: label}``."""
+    headline: bool = True
+    per_block: bool = False
+    rank: int = 100
+
+    def applies(self, scoring: Scoring) -> bool:
+        return True
+
+    def summary(self) -> str:
+        """One line for listings: label, the class it tests, chance level, reference and switch."""
+        parts = [self.label, f"tests: {self.tests}"]
+        parts += [f"chance: {self.chance:g}"] if self.chance is not None else []
+        parts += [f"reference: {self.reference}"] if self.reference else []
+        parts += [f"on with {self.enabled_by}"] if self.enabled_by else []
+        return "; ".join(parts)
+
+    def __call__(self, scoring: Scoring) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+def ordered() -> list[Metric]:
+    """Every registered metric, its ``key`` set to its registered name, in ``rank`` order (then by key)."""
+    metrics = []
+    for entry in METRICS:
+        metric = entry.obj()
+        metric.key = entry.name
+        metrics.append(metric)
+    return sorted(metrics, key=lambda m: (m.rank, m.key))
+
+
+def labels() -> dict[str, str]:
+    """Readable names of the headline metrics and their references, in the order tables and legends list them."""
+    out: dict[str, str] = {}
+    for metric in ordered():
+        if metric.headline:
+            out.update(metric.columns or {metric.key: metric.label})
+            if metric.reference:
+                out[metric.reference] = f"{metric.label}, {metric.reference_label}"
+    return out
+
+
+def references() -> dict[str, str]:
+    """Metric key -> key of the chance reference it reports."""
+    return {m.key: m.reference for m in ordered() if m.reference}
+
+
+def block_prefixes() -> tuple[str, ...]:
+    """Prefixes of the per-block keys (``r2_linear_<block>``) of the metrics that report them."""
+    return tuple(f"{m.key}_" for m in ordered() if m.per_block)
+
+
+def compute(scoring: Scoring, enabled: Mapping[str, bool]) -> dict[str, Any]:
+    """Every metric whose ``enabled_by`` key is on in ``enabled`` (or that has none) and that applies, in
+    ``rank`` order, merged into one flat dict."""
+    out: dict[str, Any] = {}
+    for metric in ordered():
+        if (metric.enabled_by is None or enabled.get(metric.enabled_by, False)) and metric.applies(scoring):
+            out.update(metric(scoring))
+    return out
+
+
+def r2_keys(key: str, result: R2Result, scoring: Scoring) -> dict[str, Any]:
+    """``key``, ``<key>_per_dim`` and ``<key>_<block>`` for every block of the scoring."""
+    named = check_blocks(scoring.blocks or {}, len(result.per_dim))
+    out: dict[str, Any] = {key: result.mean, f"{key}_per_dim": result.per_dim}
+    out.update({f"{key}_{name}": part.mean for name, part in split_by_block(result, named).items()})
+    return out
+
+
+@METRICS.register("r2_linear")
+class LinearR2(Metric):
+    """Held-out R² of the best affine map from h to z (least squares with intercept), per latent
+    dimension and averaged: 1 when h recovers z up to an invertible affine map."""
+
+    label, tests, chance, per_block, rank = "linear R²", "an affine map", 0.0, True, 10
+
+    def __call__(self, s: Scoring) -> dict[str, Any]:
+        return r2_keys(self.key, linear_r2(s.z_fit, s.h_fit, s.z_test, s.h_test, in_sample=s.in_sample), s)
+
+
+@METRICS.register("r2_nonlinear")
+class NonlinearR2(Metric):
+    """Held-out R² of kernel ridge regression (RBF, Nyström centres) from h to each z_i: 1 when h
+    recovers z up to a smooth invertible map."""
+
+    label, tests, chance, per_block, rank = "nonlinear R²", "a smooth invertible map", 0.0, True, 20
+    enabled_by = "eval.nonlinear"
+
+    def __call__(self, s: Scoring) -> dict[str, Any]:
+        kernel = nonlinear_r2(s.z_fit, s.h_fit, s.z_test, s.h_test, in_sample=s.in_sample, generator=s.generator,
+                              n_centres=s.n_centres)
+        return r2_keys(self.key, kernel, s)
+
+
+@METRICS.register("r2_orthogonal")
+class OrthogonalR2(Metric):
+    """Held-out R² of the best orthogonal map with one global scale from the centred h to the centred z
+    (orthogonal Procrustes): 1 when h recovers z up to a rotation or reflection, a scale and a shift (Z21's
+    class on the sphere); below 1 for any other invertible linear map, where linear R² is still 1."""
+
+    label, tests, chance, rank = "orthogonal R²", "an orthogonal map, one scale and a shift", 0.0, 25
+
+    def __call__(self, s: Scoring) -> dict[str, Any]:
+        result = orthogonal_r2(s.z_fit, s.h_fit, s.z_test, s.h_test, in_sample=s.in_sample)
+        return {self.key: result.mean, f"{self.key}_per_dim": result.per_dim}
+
+
+class _MCC(Metric):
+    method = ""
+    matching: str | None = None
+    """The key under which it also reports the matching, as [latent dim, representation dim] pairs."""
+    tests = "a permutation and element-wise rescaling"
+
+    def __call__(self, s: Scoring) -> dict[str, Any]:
+        result = mcc(s.z_score, s.h_score, method=self.method)
+        out: dict[str, Any] = {self.key: result.mean, f"{self.key}_per_dim": result.per_dim}
+        if self.matching:
+            out[self.matching] = [[i, j] for i, j in result.matching]
+        return out
+
+
+@METRICS.register("mcc_pearson")
+class PearsonMCC(_MCC):
+    """Mean |Pearson correlation| between each z_i and its representation dimension under the optimal
+    one-to-one matching; also reports the matching (``mcc_matching``, the input of Λ recovery)."""
+
+    label, method, matching, rank = "MCC (Pearson)", "pearson", "mcc_matching", 30
+
+
+@METRICS.register("mcc_spearman")
+class SpearmanMCC(_MCC):
+    """MCC of Spearman (rank) correlations: 1 up to a permutation and monotone element-wise maps."""
+
+    label, method, rank = "MCC (Spearman)", "spearman", 40
+    tests = "a permutation and monotone element-wise maps"
+
+
+@METRICS.register("mcc_block_aware")
+class BlockAwareMCC(Metric):
+    """MCC after the best orthogonal alignment inside each group of equal Λ (R24's class), with its chance
+    level ``mcc_block_aware_random_rotation``: the same score of h = z R for Haar-random orthogonal R on the
+    same latents, from a generator of its own (:func:`reference_generator`)."""
+
+    label, rank = "block-aware MCC", 50
+    tests = "rotations within groups of equal Λ, a permutation and signs"
+    reference, reference_label = "mcc_block_aware_random_rotation", "random rotation"
+
+    def applies(self, s: Scoring) -> bool:
+        return s.lambda_groups is not None
+
+    def __call__(self, s: Scoring) -> dict[str, Any]:
+        aligned = block_aware_mcc(s.z_score, s.h_score, s.lambda_groups)
+        out: dict[str, Any] = {self.key: aligned.mean, f"{self.key}_per_dim": aligned.per_dim}
+        if s.rotation_reference:
+            out[self.reference] = random_rotation_reference(s.z_score, s.lambda_groups, reference_generator(s.generator)).mean
+        return out
+
+
+@METRICS.register("effective_rank")
+class EffectiveRank(Metric):
+    """exp of the entropy of the normalised singular values of the centred h (``singular_values`` beside
+    it): how many dimensions the representation uses."""
+
+    label, headline, rank = "effective rank", False, 60
+    tests = "(not a recovery score: the dimensions h spans)"
+
+    def __call__(self, s: Scoring) -> dict[str, Any]:
+        spec = spectrum(s.h_score)
+        return {self.key: spec.effective_rank, "singular_values": spec.singular_values}
+
+
+@METRICS.register("dci")
+class DCI(Metric):
+    """Disentanglement, completeness and informativeness (Eastwood & Williams 2018) from the importance
+    matrix of a lasso (alpha 0.01, standardised h and z) fitted on the fit pair, informativeness as held-out
+    R² (:func:`identifiable_cl.evaluation.dci.dci`): all three are 1 when each z_i is one dimension of h."""
+
+    label, tests, rank, enabled_by = "DCI", "a permutation and element-wise rescaling", 70, "eval.dci"
+    columns = {"dci_disentanglement": "DCI disentanglement", "dci_completeness": "DCI completeness",
+               "dci_informativeness": "DCI informativeness"}
+
+    def __call__(self, s: Scoring) -> dict[str, Any]:
+        result = dci(s.z_fit, s.h_fit, s.z_test, s.h_test, in_sample=s.in_sample)
+        return {"dci_disentanglement": result.disentanglement, "dci_completeness": result.completeness,
+                "dci_informativeness": result.informativeness, "dci_importance": result.importance}

@@ -95,6 +95,11 @@ class Negatives(nn.Module):
         """Negatives for anchors ``z``: ``(m, n)`` shared, ``(batch, k, n)`` per anchor, or None."""
         raise NotImplementedError
 
+    def from_marginal(self) -> bool:
+        """Whether its draws are independent draws of p(z), as InfoNCE's bound on I(z; z+) needs of its
+        negatives (False unless a component says so)."""
+        return False
+
     def check_marginal(self, marginal: Marginal) -> None:
         """A ValueError when these negatives cannot be drawn for ``marginal`` whatever the anchors
         (the process calls it once it has both); the default accepts every marginal."""

@@ -79,6 +79,9 @@ class MarginalNegatives(Negatives):
         self.num = num
         self.per_anchor = per_anchor
 
+    def from_marginal(self) -> bool:
+        return True
+
     def sample(self, z: Tensor, marginal: Marginal, generator: torch.Generator) -> Tensor:
         """``(num, n)`` shared or ``(B, per_anchor, n)`` draws from the marginal, for anchors ``z`` ``(B, n)``."""
         batch, n = z.shape
@@ -202,6 +205,10 @@ class TiltedNegatives(Negatives):
             f"use beta < {_round_down(limit / largest)} for these anchors (anchors on R^n are unbounded, so a "
             "larger batch needs a smaller beta), or a box space, where every tilt is normalisable",
         )
+
+    def from_marginal(self) -> bool:
+        """Only untilted (β = 0): a tilt draws negatives near the anchor, not from p(z)."""
+        return self.beta == 0.0
 
     def sample(self, z: Tensor, marginal: Marginal, generator: torch.Generator) -> Tensor:
         """``(B, num, n)`` negatives for the anchors ``z`` ``(B, n)``.

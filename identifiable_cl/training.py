@@ -139,13 +139,15 @@ _TRUTHS: dict[tuple[str, int, int], dict[str, Any]] = {}
 
 def information_metrics(c: Components) -> dict[str, Any]:
     """The mutual-information keys (:mod:`identifiable_cl.evaluation.information`) of a run whose loss bounds
-    I(z; z+) (``mi_bound``): the encoder's bound log K - L on a held-out batch of the training size, and the
+    I(z; z+) (``mi_bound``, with negatives from the batch or drawn from p(z)): the encoder's bound log K - L on a held-out batch of the training size, and the
     process's own keys at that K, measured once per process, K and seed (they do not depend on the encoder)."""
     mi_bound = getattr(c.loss, "mi_bound", None)
     if mi_bound is None:
         return {}
     generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.step}.mi"))
     batch = c.process.sample(c.config["train"]["batch_size"], generator)
+    if batch.z_neg is not None and not c.process.negatives.from_marginal():
+        return {}  # the bound needs negatives drawn from p(z)
     with torch.no_grad():
         h_all = encode_fn(c.encoder)(observations(batch, c.process.dim)).to(c.process.dtype)
         value = float(c.loss(*split_encodings(h_all, batch)))

@@ -247,3 +247,15 @@ def test_a_run_reports_the_information_it_bounds(tmp_path, tiny):
     assert not any(k.startswith("mi_") or k == "log_k" for k in off)
     for key in ("r2_linear", "r2_orthogonal", "mcc_pearson", "identity_r2_linear"):
         assert off[key] == summary[key]  # measuring it changes nothing else
+
+
+@pytest.mark.parametrize("beta, bounded", [(0.0, True), (2.0, False)])
+def test_only_negatives_drawn_from_the_marginal_give_a_bound(tmp_path, tiny, beta, bounded):
+    config = load_config(None, {**tiny, "train.steps": 10, "dgp.negatives.name": "tilted", "dgp.negatives.beta": beta,
+                                "loss.negatives": "independent"})
+    trainer = Trainer.create(config, tmp_path / "run", progress=False)
+    summary = trainer.run()
+    assert ("mi_infonce_bound" in summary) == bounded
+    if bounded:  # K = an anchor's separate negatives + its positive
+        negatives = trainer.c.process.sample(4, trainer.c.process.make_generator(0)).z_neg.shape[-2]
+        assert summary["log_k"] == pytest.approx(math.log(negatives + 1))

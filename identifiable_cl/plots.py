@@ -238,14 +238,14 @@ def lambda_figure(learned: Sequence[float], true: Sequence[float], steps: Sequen
 
 
 def mi_figure(records: Sequence[Mapping[str, Any]], title: str = ""):
-    """The encoder's InfoNCE bound log K - L over training (records with ``mi_infonce_bound``) beside what
+    """The encoder's bound on I(z; z+) over training (records with ``mi_infonce_bound``: log K - L, or NWJ's -L) beside what
     bounds it: the true critic's bound at the same K, min(I, log K) and log K (dashed lines), in nats."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.5, 4), layout="constrained")
     ax = fig.subplots()
     points = [(r["step"], r["mi_infonce_bound"]) for r in records if _finite(r.get("mi_infonce_bound"))]
-    ax.plot(*zip(*points), marker="o", ms=3, label="encoder: log K − L (held-out batch)")
+    ax.plot(*zip(*points), marker="o", ms=3, label="encoder: the loss's bound (held-out batch)")
     last = records[-1]
     log_k, truth = last.get("log_k"), last.get("mi_true")
     levels = [("true critic log p(z⁺|z): log K − L", last.get("mi_true_critic_bound"), "tab:green"),

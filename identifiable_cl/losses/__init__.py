@@ -1,7 +1,9 @@
 """Contrastive losses, registered by name in :data:`LOSSES`.
 
-``infonce``, ``aninfonce``, ``hard_negative`` and ``ensemble``; see each module for the
-equation it implements and ``base`` for the negative sets and reductions.
+``infonce``, ``aninfonce``, ``hard_negative`` and ``ensemble`` (InfoNCE's family); ``nce`` (binary
+noise-contrastive estimation), ``nwj`` (the Nguyen–Wainwright–Jordan bound), ``margin`` (the pairwise
+contrastive loss with a margin), ``triplet`` and ``scl`` (the spectral contrastive loss); see each module
+for the equation it implements and its source, and ``base`` for the negative sets and reductions.
 """
 
 from dgp.registry import Registry
@@ -9,7 +11,9 @@ from dgp.registry import Registry
 LOSSES = Registry("losses", "loss")
 """Losses by name."""
 
-from identifiable_cl.losses import aninfonce, blocked, ensemble, hard_negative, infonce, native  # noqa: E402,F401
+from identifiable_cl.losses import (  # noqa: E402,F401
+    aninfonce, blocked, ensemble, hard_negative, infonce, margin, native, nce, nwj, scl, triplet,
+)
 from identifiable_cl.losses.aninfonce import AnInfoNCE  # noqa: E402
 from identifiable_cl.losses.base import ContrastiveLoss  # noqa: E402
 from identifiable_cl.losses.ensemble import Ensemble  # noqa: E402

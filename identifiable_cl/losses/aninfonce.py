@@ -14,6 +14,7 @@ from identifiable_cl.losses.base import (
     NEGATIVE_SETS,
     REDUCTIONS,
     ContrastiveLoss,
+    InfoNCEBound,
     Terms,
     assemble,
     check_dim,
@@ -32,7 +33,7 @@ def inverse_softplus(y: float) -> float:
 
 
 @LOSSES.register("aninfonce")
-class AnInfoNCE(ContrastiveLoss):
+class AnInfoNCE(InfoNCEBound, ContrastiveLoss):
     """AnInfoNCE (R24): InfoNCE with logits
 
         l(a, b) = -c (a - b)ᵀ Λ̂ (a - b),   Λ̂ = diag(softplus(θ)) learnt, c = ``factor``,

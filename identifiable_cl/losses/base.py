@@ -374,20 +374,40 @@ class ContrastiveLoss(nn.Module):
         """Scalars and vectors worth logging (learnt temperature, learnt Λ̂, ...)."""
         return {}
 
+    def _prepare(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None, str]:
+        """For a loss with a ``similarity`` option: its checked inputs (:func:`prepared_inputs`; unit-normalised
+        for cosine) and the similarity to compute on them (``dot`` for cosine)."""
+        h, h_pos, h_neg = prepared_inputs(h, h_pos, h_neg, self.dim, self.requires_negatives)
+        if self.similarity == "cosine":
+            h, h_pos, h_neg = normalise(h, h_pos, h_neg)
+            return h, h_pos, h_neg, "dot"
+        return h, h_pos, h_neg, self.similarity
+
     def mi_bound(self, value: float, batch: int, separate: int | None) -> tuple[int, float] | None:
-        """(K, log K - L): the lower bound on I(z; z+) its value ``value`` on a batch of ``batch`` pairs gives
-        (:func:`bound_candidates`; a log-mean reduction's value is already L - log K, its bound -L), or None
-        for a loss that is no such bound (the default)."""
-        negatives, reduction = getattr(self, "negatives", None), getattr(self, "reduction", None)
-        k = None if negatives is None else bound_candidates(negatives, reduction, batch, separate)
-        if k is None:
-            return None
-        return k, -value if reduction == "logmeanexp" else math.log(k) - value
+        """(K, bound): the lower bound on I(z; z+) that the loss's value ``value`` on a batch of ``batch`` pairs
+        (with ``separate`` DGP negatives per anchor) gives, with its K candidates per anchor; None (the default)
+        for a loss that is no such bound."""
+        return None
 
     def param_groups(self) -> list[dict[str, Any]]:
         """Optimizer groups ``{"params": [...], "lr": float | None}`` of the loss's parameters."""
         params = [p for p in self.parameters() if p.requires_grad]
         return [{"params": params, "lr": self.lr}] if params else []
+
+
+class InfoNCEBound:
+    """:meth:`ContrastiveLoss.mi_bound` of a loss in InfoNCE's form, with ``negatives`` and ``reduction``:
+    (K, log K - L) with K from :func:`bound_candidates` (a log-mean reduction's value is already L - log K,
+    its bound -L)."""
+
+    negatives: str
+    reduction: str
+
+    def mi_bound(self, value: float, batch: int, separate: int | None) -> tuple[int, float] | None:
+        k = bound_candidates(self.negatives, self.reduction, batch, separate)
+        if k is None:
+            return None
+        return k, -value if self.reduction == "logmeanexp" else math.log(k) - value
 
 
 def normalise(*xs: Tensor | None) -> tuple[Tensor | None, ...]:

@@ -64,7 +64,7 @@ class HardNegativeInfoNCE(InfoNCE):
             )
 
     def mi_bound(self, value: float, batch: int, separate: int | None) -> tuple[int, float] | None:
-        """InfoNCE's bound (:meth:`ContrastiveLoss.mi_bound`) only without reweighting (β = 0, τ⁺ = 0): the
+        """InfoNCE's bound (:class:`~identifiable_cl.losses.base.InfoNCEBound`) only without reweighting (β = 0, τ⁺ = 0): the
         importance weights change the denominator, which the bound does not allow."""
         return super().mi_bound(value, batch, separate) if self.beta == 0 and self.tau_plus == 0 else None
 

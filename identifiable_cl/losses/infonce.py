@@ -12,6 +12,7 @@ from identifiable_cl.losses.base import (
     REDUCTIONS,
     SIMILARITIES,
     ContrastiveLoss,
+    InfoNCEBound,
     Temperature,
     Terms,
     assemble,
@@ -19,14 +20,12 @@ from identifiable_cl.losses.base import (
     check_lr,
     contrastive_loss,
     infonce_row,
-    normalise,
-    prepared_inputs,
 )
 from identifiable_cl.losses import LOSSES
 
 
 @LOSSES.register("infonce")
-class InfoNCE(ContrastiveLoss):
+class InfoNCE(InfoNCEBound, ContrastiveLoss):
     """InfoNCE (Oord et al. 2018; the objective of Z21):
 
         L = mean over anchors of  -l(a, a+) + log sum_{c in {a+} u N(a)} exp l(a, c),
@@ -97,14 +96,6 @@ class InfoNCE(ContrastiveLoss):
         row = functools.partial(infonce_row, reduction=self.reduction)
         scale = 1.0 / self.temperature.value()
         return contrastive_loss(self.negatives, h, h_pos, h_neg, kind, scale, (1.0,), row, self.config_key)
-
-    def _prepare(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None):
-        """Checked inputs (unit-normalised for cosine) and the similarity the core computes."""
-        h, h_pos, h_neg = prepared_inputs(h, h_pos, h_neg, self.dim, self.requires_negatives)
-        if self.similarity == "cosine":
-            h, h_pos, h_neg = normalise(h, h_pos, h_neg)
-            return h, h_pos, h_neg, "dot"
-        return h, h_pos, h_neg, self.similarity
 
     def logs(self) -> dict[str, float | list[float]]:
         return {"tau": self.temperature.item()}

@@ -40,8 +40,17 @@ def cases() -> list:
     return out
 
 
+REFUSED = {("nce", "negatives", "first_view"), ("nwj", "negatives", "first_view")}
+"""Choices a loss refuses (each says why): the anchor as its own negative is no draw from the noise."""
+
+
 def exercise(spec: dict, device: torch.device) -> None:
     d = 5
+    refused = [(spec["name"], k, v) for k, v in spec.items() if isinstance(v, str) and (spec["name"], k, v) in REFUSED]
+    if refused:
+        with pytest.raises(ValueError, match=rf"^loss\.{refused[0][1]}='{refused[0][2]}' is invalid: "):
+            LOSSES.build(spec, key="loss", dim=d)
+        return
     loss = LOSSES.build(spec, key="loss", dim=d).to(device)
     assert isinstance(loss, ContrastiveLoss)
     assert isinstance(loss.requires_negatives, bool) and isinstance(loss.needs_unit_norm, bool)
@@ -95,7 +104,8 @@ def test_registered_loss_on_cuda(spec):
 
 
 def test_every_builtin_is_registered():
-    assert {"infonce", "aninfonce", "hard_negative", "ensemble"} <= set(LOSSES.names())
+    assert {"infonce", "aninfonce", "hard_negative", "ensemble", "nce", "nwj", "margin", "triplet", "scl"} <= set(
+        LOSSES.names())
     for entry in LOSSES:
         if entry.obj.__module__.startswith("identifiable_cl.losses"):
             doc = entry.obj.__doc__ or ""

@@ -72,11 +72,15 @@ class RunSet:
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
 
     def stats(self, metric: str) -> tuple[float | None, float | None, int]:
-        """Mean, sample std (None below two values) and count of a metric over the successful runs."""
-        values = self.metric_values(metric)
-        if not values:
-            return None, None, 0
-        return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None, len(values)
+        """:func:`stats` of a metric over the successful runs."""
+        return stats(self.metric_values(metric))
+
+
+def stats(values: Sequence[float]) -> tuple[float | None, float | None, int]:
+    """Mean, sample std (None below two values) and count of ``values`` (None, None, 0 without any)."""
+    if not values:
+        return None, None, 0
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None, len(values)
 
 
 @dataclass
@@ -198,7 +202,7 @@ def default_metrics(runs: Sequence[Run]) -> list[str]:
     return [m for m in DEFAULT_METRICS if m in present]
 
 
-def _cell(mean: float | None, std: float | None, missing: str = "—", pm: str = "±") -> str:
+def mean_std(mean: float | None, std: float | None, missing: str = "—", pm: str = "±") -> str:
     """``mean ± std`` to three decimals (``mean`` alone without a std, ``missing`` without a mean)."""
     if mean is None:
         return missing
@@ -209,7 +213,7 @@ def format_md(groups: Sequence[Group], keys: Sequence[str], metrics: Sequence[st
     header = [*keys, *metrics, "n", "failed"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for g in groups:
-        cells = [*g.key, *(_cell(*g.stats(m)[:2]) for m in metrics), str(len(g.succeeded)), str(len(g.failed))]
+        cells = [*g.key, *(mean_std(*g.stats(m)[:2]) for m in metrics), str(len(g.succeeded)), str(len(g.failed))]
         lines.append("| " + " | ".join(cells) + " |")
     failed = [r for g in groups for r in g.failed]
     if failed:
@@ -269,7 +273,7 @@ def format_latex(groups: Sequence[Group], keys: Sequence[str], metrics: Sequence
         "\\midrule",
     ]
     for g in groups:
-        cells = [*(latex_escape(k) for k in g.key), *(_cell(*g.stats(m)[:2], "---", "$\\pm$") for m in metrics),
+        cells = [*(latex_escape(k) for k in g.key), *(mean_std(*g.stats(m)[:2], "---", "$\\pm$") for m in metrics),
                  str(len(g.succeeded)), str(len(g.failed))]
         lines.append(" & ".join(cells) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}"]

@@ -12,7 +12,6 @@ data; here, beside the ground-truth linear R², it shows how far consistency pre
 from __future__ import annotations
 
 import itertools
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,6 +19,7 @@ from typing import Any, Sequence
 import torch
 
 from dgp.seeding import stream_seed
+from identifiable_cl.aggregate import mean_std, stats
 from identifiable_cl.rundir import SUMMARY, is_run_dir, read_json
 
 SAMPLES = 8192
@@ -45,14 +45,9 @@ class Consistency:
     scores: list[float]
     r2_linear: list[float]
 
-    @staticmethod
-    def _cell(values: Sequence[float]) -> str:
-        if not values:
-            return "—"
-        return f"{statistics.fmean(values):.3f} ± {statistics.stdev(values):.3f}" if len(values) > 1 else f"{values[0]:.3f}"
-
     def row(self) -> str:
-        return f"| {self.fingerprint[:12]} | {len(self.runs)} | {self._cell(self.scores)} | {self._cell(self.r2_linear)} |"
+        cells = (mean_std(*stats(values)[:2]) for values in (self.scores, self.r2_linear))
+        return f"| {self.fingerprint[:12]} | {len(self.runs)} | {' | '.join(cells)} |"
 
 
 def run_dirs(runs: Sequence[Any]) -> list[Path]:

@@ -26,9 +26,8 @@ from torch import Tensor
 from dgp import checks
 from dgp.base import Conditional, Marginal, Space
 from dgp.conditionals import CONDITIONALS
-from dgp.information import (
-    Information, box_step_information, gaussian_covariance, gaussian_information, log_gennorm, log_projected_normal,
-)
+from dgp.conditionals.steps import log_step_density, step_information
+from dgp.information import Information
 from dgp.spaces import Box, Euclidean, Sphere
 from dgp.truncation import normal, truncated_normal
 
@@ -167,46 +166,29 @@ class Anisotropic(Conditional):
         return out
 
     def log_density(self, z_pos: Tensor, z: Tensor) -> Tensor:
-        """log p(z+ | z), float64, for ``(..., n)`` inputs that broadcast; a ValueError with a shell.
-
-        Box: the sum of the coordinates' truncated normal log-densities; R^n: the plain ones; sphere of radius r
-        without a shell: the projected normal of z/r + δ (:func:`dgp.information.log_projected_normal`) minus
-        (n-1) log r, a density for the surface measure of that sphere.
-        """
+        """log p(z+ | z), float64, for ``(..., n)`` inputs that broadcast (:func:`dgp.conditionals.steps.
+        log_step_density` with λ_i = √(2/Λ_i); on the sphere the projected normal of z/r + δ); a ValueError
+        with a shell."""
         if self.shell is not None:
             raise ValueError(self._shell_reason())
-        lam = self.lam.to(device=z.device, dtype=torch.float64)
-        if isinstance(self.space, Sphere):
-            r = self.space.radius
-            return log_projected_normal(z_pos, z.to(torch.float64) / r, lam) - (self.space.dim - 1) * math.log(r)
-        bounds = (self.space.low, self.space.high) if isinstance(self.space, Box) else ()
-        return log_gennorm(z_pos, z.to(torch.float64), (2.0 / lam).sqrt(), 2.0, *bounds).sum(-1)
+        centre = z.to(torch.float64) / self.space.radius if isinstance(self.space, Sphere) else z
+        return log_step_density(self.space, z_pos, z, self._scales(), 2.0, centre)
+
+    def _scales(self) -> Tensor:
+        """λ_i = √(2/Λ_i) of the normal steps N(0, 1/Λ_i), ``(n,)`` float64 on the CPU."""
+        return (2.0 / self.lam.to("cpu", torch.float64)).sqrt()
 
     def _shell_reason(self) -> str:
         return (f"with shell={self.shell:g}, p(z+|z) is divided by the acceptance probability "
                 "P(|1 - ‖z/r + δ‖| < shell) of each anchor, which has no closed form")
 
     def mutual_information(self, marginal: Marginal, **options: Any) -> Information:
-        """I(z; z+) in nats (:meth:`dgp.base.Conditional.mutual_information`).
-
-        Box with i.i.d. marginal coordinates (uniform or location-scale): Σ_i I₁(Λ_i), each I₁ by quadrature
-        (:func:`dgp.information.box_step_information`). R^n with a Gaussian marginal N(μ, Σ_z):
-        ½ log det(I + Σ_z Λ). Sphere with a shell: not available. Otherwise Monte Carlo (``options``: a
-        ``generator`` and the sizes ``n``, ``m``).
-        """
-        if isinstance(self.space, Box):
-            values, counts = torch.unique(self.lam, return_counts=True)
-            ones = [box_step_information(marginal, self.space.low, self.space.high, math.sqrt(2.0 / v), 2.0)
-                    for v in values.tolist()]
-            if None not in ones:
-                note = "Σ_i I₁(Λ_i) over independent coordinates, each I₁ by Gauss–Legendre quadrature"
-                return Information(sum(c * one for c, one in zip(counts.tolist(), ones)), None, "quadrature", note)
-        if isinstance(self.space, Euclidean):
-            cov = gaussian_covariance(marginal)
-            if cov is not None:
-                noise = torch.diag(1.0 / self.lam.to(torch.float64).cpu())
-                note = "½ log det(I + Σ_z Λ) for the Gaussian marginal N(μ, Σ_z) and steps N(0, diag(1/Λ))"
-                return Information(gaussian_information(cov, noise), None, "closed form", note)
+        """I(z; z+) in nats (:meth:`dgp.base.Conditional.mutual_information`): the quadrature on the box or the
+        Gaussian closed form on R^n of :func:`dgp.conditionals.steps.step_information`; on the sphere, not
+        available with a shell, else Monte Carlo (``options``: a ``generator`` and the sizes ``n``, ``m``)."""
+        found = step_information(self.space, marginal, self._scales(), 2.0)
+        if found is not None:
+            return found
         if self.shell is not None:
             return Information.unavailable(self._shell_reason())
         return super().mutual_information(marginal, **options)

@@ -24,10 +24,9 @@ from torch import Tensor
 from dgp import checks, truncation
 from dgp.base import Conditional, Marginal
 from dgp.conditionals import CONDITIONALS
-from dgp.information import (
-    Information, box_step_information, gaussian_covariance, gaussian_information, log_gennorm, log_projected_normal,
-)
-from dgp.spaces import Box, Euclidean, Sphere
+from dgp.conditionals.steps import log_step_density, step_information
+from dgp.information import Information
+from dgp.spaces import Box, Sphere
 
 DEFAULT_SCALE = 0.05
 
@@ -56,44 +55,25 @@ class _Isotropic(Conditional):
             return "this step projected onto the sphere has no tractable density p(z+|z) (only the normal's is known)"
         return None
 
-    def log_density(self, z_pos: Tensor, z: Tensor) -> Tensor:
-        """log p(z+ | z), float64, for ``(..., n)`` inputs that broadcast; a ValueError where it is intractable.
+    def _scales(self) -> Tensor:
+        """λ of every coordinate, ``(n,)`` float64 on the CPU."""
+        return torch.full((self.space.dim,), self._step()[0], dtype=torch.float64)
 
-        Box: the sum of the coordinates' truncated log-densities; R^n: the plain ones; sphere of radius r (normal
-        steps only): the projected normal of (z + δ)/‖z + δ‖ (:func:`dgp.information.log_projected_normal`)
-        minus (n-1) log r, a density for the surface measure of that sphere.
-        """
+    def log_density(self, z_pos: Tensor, z: Tensor) -> Tensor:
+        """log p(z+ | z), float64, for ``(..., n)`` inputs that broadcast (:func:`dgp.conditionals.steps.
+        log_step_density`; on the sphere the projected normal of z + δ); a ValueError where it is intractable."""
         reason = self._no_density()
         if reason is not None:
             raise ValueError(reason)
-        scale, p = self._step()
-        if isinstance(self.space, Sphere):
-            precision = torch.full((self.space.dim,), 2.0 / scale**2, dtype=torch.float64, device=z.device)
-            return log_projected_normal(z_pos, z, precision) - (self.space.dim - 1) * math.log(self.space.radius)
-        bounds = (self.space.low, self.space.high) if isinstance(self.space, Box) else ()
-        return log_gennorm(z_pos, z.to(torch.float64), scale, p, *bounds).sum(-1)
+        return log_step_density(self.space, z_pos, z, self._scales(), self._step()[1], z)
 
     def mutual_information(self, marginal: Marginal, **options: Any) -> Information:
-        """I(z; z+) in nats (:meth:`dgp.base.Conditional.mutual_information`).
-
-        Box with i.i.d. marginal coordinates (uniform or location-scale): n·I₁, I₁ of one coordinate by
-        quadrature (:func:`dgp.information.box_step_information`). R^n with normal steps and a Gaussian marginal
-        N(μ, Σ_z): ½ log det(I + Σ_z/σ²). Otherwise Monte Carlo where p(z+|z) is tractable (``options``: a
-        ``generator`` and the sizes ``n``, ``m``), else not available.
-        """
-        scale, p = self._step()
-        n = self.space.dim
-        if isinstance(self.space, Box):
-            one = box_step_information(marginal, self.space.low, self.space.high, scale, p)
-            if one is not None:
-                note = f"n·I₁ with n = {n} independent coordinates, I₁ = {one:.6g} by Gauss–Legendre quadrature"
-                return Information(n * one, None, "quadrature", note)
-        if isinstance(self.space, Euclidean) and p == 2.0:
-            cov = gaussian_covariance(marginal)
-            if cov is not None:
-                noise = 0.5 * scale**2 * torch.eye(n, dtype=torch.float64)
-                note = "½ log det(I + Σ_z/σ²) for the Gaussian marginal N(μ, Σ_z) and steps N(0, σ² I)"
-                return Information(gaussian_information(cov, noise), None, "closed form", note)
+        """I(z; z+) in nats (:meth:`dgp.base.Conditional.mutual_information`): the quadrature on the box or the
+        Gaussian closed form on R^n of :func:`dgp.conditionals.steps.step_information`; otherwise Monte Carlo
+        where p(z+|z) is tractable (``options``: a ``generator`` and the sizes ``n``, ``m``), else not available."""
+        found = step_information(self.space, marginal, self._scales(), self._step()[1])
+        if found is not None:
+            return found
         reason = self._no_density()
         if reason is not None:
             return Information.unavailable(reason)

@@ -40,6 +40,7 @@ from identifiable_cl.config import (
 )
 from identifiable_cl.encoders import ENCODERS
 from identifiable_cl.losses import LOSSES
+from identifiable_cl.losses.queue import KeyQueue
 from identifiable_cl.migration import migrate, schema_version
 
 RESUMABLE = ("train", "eval", "device", "wandb")
@@ -97,6 +98,8 @@ class Components:
     batches: torch.Generator
     step: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    queue: KeyQueue | None = None
+    """MoCo's momentum encoder and key queue, for a loss with ``negatives: queue``."""
 
 
 def models(config: Mapping[str, Any], process: dgp.Process) -> tuple[nn.Module, nn.Module]:
@@ -151,6 +154,26 @@ def split_encodings(h_all: Tensor, batch: dgp.Batch) -> tuple[Tensor, Tensor, Te
     size = batch.x.shape[0]
     h_neg = h_all[2 * size :].reshape(*batch.x_neg.shape[:-1], -1) if batch.x_neg is not None else None
     return h_all[:size], h_all[size : 2 * size], h_neg
+
+
+def encodings(c: Components, batch: dgp.Batch) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The loss's inputs (h, h_pos, h_neg) for ``batch``, in the process's dtype: the encoder's encodings of
+    :func:`observations` (one pass); with MoCo's queue (``c.queue``), the encoder's queries of x, the momentum
+    encoder's keys of x+ (no gradient) and the queued keys."""
+    dtype = c.process.dtype
+    with precision(c):
+        if c.queue is None:
+            return split_encodings(c.encoder(observations(batch, c.process.dim)).to(dtype), batch)
+        h, keys = c.encoder(batch.x), c.queue.encode(batch.x_pos)
+    return h.to(dtype), keys.to(dtype), c.queue.negatives()
+
+
+def after_step(c: Components, keys: Tensor) -> None:
+    """After the optimizer's step: with MoCo's queue, the momentum encoder follows the encoder and the step's
+    ``keys`` (its h_pos) join the queue."""
+    if c.queue is not None:
+        c.queue.follow(c.encoder)
+        c.queue.push(keys)
 
 
 def precision(c: Components) -> torch.autocast:
@@ -228,7 +251,8 @@ def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Comp
             groups.append({"params": group["params"], "lr": group.get("lr") or config["optim"]["loss_lr"], "name": f"loss{i}"})
     optimizer = torch.optim.Adam(groups, weight_decay=config["optim"]["weight_decay"])
     batches = process.make_generator(stream_seed(config["seed"], "train.batches"))
-    return Components(config, device, process, encoder, loss, optimizer, batches)
+    queue = KeyQueue(encoder, loss.queue, encoder.output_dim) if getattr(loss, "queue", None) else None
+    return Components(config, device, process, encoder, loss, optimizer, batches, queue=queue)
 
 
 def checkpoint_state(c: Components) -> dict[str, Any]:
@@ -241,6 +265,8 @@ def checkpoint_state(c: Components) -> dict[str, Any]:
         "rng": {"batches": c.batches.get_state(), "torch": torch.get_rng_state()},
         "extra": c.extra,
     }
+    if c.queue is not None:
+        state["queue"] = c.queue.state_dict()
     if torch.cuda.is_available():
         state["rng"]["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -256,6 +282,8 @@ def restore(c: Components, state: Mapping[str, Any]) -> None:
     if "cuda" in state["rng"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
     c.extra = dict(state.get("extra", {}))
+    if c.queue is not None:
+        c.queue.load_state_dict(state["queue"])
 
 
 def _saved_as(config: Mapping[str, Any], key: str, value: Any) -> bool:

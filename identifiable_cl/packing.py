@@ -69,13 +69,17 @@ def _stacked(cs: Sequence[Components], kind: str) -> dict[str, Tensor]:
 
 def batched_by_default(cs: Sequence[Components]) -> bool:
     """Whether a pack steps as one batched computation unless told: a pack of several runs on a GPU
-    yes; on a CPU, or a single run, no."""
-    return len(cs) > 1 and cs[0].device.type != "cpu"
+    yes; on a CPU, a single run, or runs with MoCo's queue (whose momentum encoders take a pass of their
+    own), no."""
+    return len(cs) > 1 and cs[0].device.type != "cpu" and all(c.queue is None for c in cs)
 
 
 def batched_step(cs: Sequence[Components]) -> list[Tensor]:
     """One training step of every run in ``cs`` as one batched computation (the module docstring);
     their losses, on device."""
+    if any(c.queue is not None for c in cs):
+        raise ValueError("runs with MoCo's queue (loss.negatives: queue) take their steps in turn, not batched: "
+                         "their momentum encoders need a pass of their own")
     batches = [next_batch(c) for c in cs]
     x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])
     params, buffers = _stacked(cs, "named_parameters"), _stacked(cs, "named_buffers")

@@ -35,13 +35,12 @@ from identifiable_cl import __version__, linear, rundir
 from identifiable_cl.components import (
     Components,
     build,
+    after_step,
     checkpoint_state,
     clip_and_step,
+    encodings,
     load_run,
     next_batch,
-    observations,
-    precision,
-    split_encodings,
 )
 from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recovery, linear_readout
 from identifiable_cl.evaluation.information import truth as information_truth
@@ -69,13 +68,12 @@ def train_step(c: Components) -> Tensor:
     With ``train.precision: bf16`` the encoder's forward pass runs under bfloat16 autocast
     and its outputs are cast back to float32 for the loss.
     """
-    batch = next_batch(c)
-    with precision(c):
-        h_all = c.encoder(observations(batch, c.process.dim))
-    loss = c.loss(*split_encodings(h_all.to(c.process.dtype), batch))
+    h, h_pos, h_neg = encodings(c, next_batch(c))
+    loss = c.loss(h, h_pos, h_neg)
     c.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     clip_and_step(c)
+    after_step(c, h_pos)
     return loss.detach()
 
 
@@ -139,8 +137,11 @@ _TRUTHS: dict[tuple[str, int, int], dict[str, Any]] = {}
 
 def information_metrics(c: Components) -> dict[str, Any]:
     """The mutual-information keys (:mod:`identifiable_cl.evaluation.information`) of a run whose loss bounds
-    I(z; z+) (``mi_bound``, with negatives from the batch or drawn from p(z)): the encoder's bound log K - L on a held-out batch of the training size, and the
-    process's own keys at that K, measured once per process, K and seed (they do not depend on the encoder)."""
+    I(z; z+) (``mi_bound``, with negatives from the batch, drawn from p(z) or queued): the encoder's bound
+    log K - L on a held-out batch of the training size, and the process's own keys at that K, measured once
+    per process, K and seed (they do not depend on the encoder). With MoCo's queue the queued keys are those of
+    fresh held-out pairs under the current momentum encoder, a full queue's worth: every candidate is scored
+    by the same critic, as the bound requires (the training queue holds keys of older encoders)."""
     mi_bound = getattr(c.loss, "mi_bound", None)
     if mi_bound is None:
         return {}
@@ -149,9 +150,11 @@ def information_metrics(c: Components) -> dict[str, Any]:
     if batch.z_neg is not None and not c.process.negatives.from_marginal():
         return {}  # the bound needs negatives drawn from p(z)
     with torch.no_grad():
-        h_all = encode_fn(c.encoder)(observations(batch, c.process.dim)).to(c.process.dtype)
-        value = float(c.loss(*split_encodings(h_all, batch)))
-    bound = mi_bound(value, batch.z.shape[0], None if batch.z_neg is None else batch.z_neg.shape[-2])
+        h, h_pos, h_neg = encodings(c, batch)
+        if c.queue is not None:
+            h_neg = c.queue.encode(c.process.sample(c.queue.keys.shape[0], generator).x_pos).to(h.dtype)
+        value = float(c.loss(h, h_pos, h_neg))
+    bound = mi_bound(value, batch.z.shape[0], None if h_neg is None else h_neg.shape[-2])
     if bound is None:
         return {}
     k, encoder_bound = bound

@@ -12,7 +12,7 @@ from identifiable_cl.reproduce.experiment import EXPERIMENTS_DIR
 
 CLI = [
     (['train', '--loss.tau=-1'], 2, 'icl train: error: loss.tau=-1 is invalid: must be > 0'),
-    (['train', '--loss.taux=1'], 2, "icl train: error: loss.taux: unknown option(s) for losses 'infonce'; allowed: similarity, tau, learn_tau, negatives, reduction, lr"),
+    (['train', '--loss.taux=1'], 2, "icl train: error: loss.taux: unknown option(s) for losses 'infonce'; allowed: similarity, tau, learn_tau, negatives, reduction, lr, queue"),
     (['train', '--train.steps=abc'], 2, "icl train: error: train.steps='abc' is invalid: expected int"),
     (['train', '--dgp.conditional.name=nope'], 2, "icl train: error: dgp.conditional.name: unknown name 'nope' among the registered conditionals; available: anisotropic, content_style, gennorm, laplace, normal, vmf (if 'nope' comes from a plugin, a plugin that provides it may be missing: `icl plugins` lists what is installed)"),
     (['train', '--dgp.space.radius=0'], 2, "icl train: error: dgp.space.radius: unknown option(s) for spaces 'box'; allowed: low, high"),
@@ -28,7 +28,7 @@ CLI = [
     (['train', '--optim.lr=0'], 2, 'icl train: error: optim.lr=0 is invalid: must be > 0'),
     (['config', '--dgp.dim=0'], 2, 'icl config: error: dgp.dim=0 is invalid: must be >= 1'),
     (['evaluate', '/nonexistent_run_dir'], 2, "icl evaluate: error: '/nonexistent_run_dir' is not a run directory (no config.yaml and dgp.pt)"),
-    (['reproduce', 'nosuch'], 2, "icl reproduce: error: experiment 'nosuch' not found (no experiment.yaml); experiments in {experiments}: ensembles, hard_negatives, rusak2024, vonkugelgen2021, zimmermann2021"),
+    (['reproduce', 'nosuch'], 2, "icl reproduce: error: experiment 'nosuch' not found (no experiment.yaml); experiments in {experiments}: contrastive_losses, ensembles, hard_negatives, rusak2024, vonkugelgen2021, zimmermann2021"),
     (['reproduce', 'rusak2024', '--scale', 'medium', '--seeds', '0'], 2, 'icl reproduce: error: --seeds 0: must be >= 1'),
     (['reproduce', 'rusak2024', '--runs', 'nope'], 2, 'icl reproduce: error: --runs nope: allowed: run labels of rusak2024, comma-separated: infonce_bimodal, aninfonce_bimodal, infonce_linear, aninfonce_linear'),
     (['results', '/nonexistent_dir_for_results'], 2, "icl results: error: '/nonexistent_dir_for_results' does not exist"),
@@ -38,7 +38,7 @@ CLI = [
 
 API = [
     ((None, {'loss': {'tau': 0}}), 'loss.tau=0 is invalid: must be > 0'),
-    (('box', {'loss.nope': 1}), "loss.nope: unknown option(s) for losses 'infonce'; allowed: similarity, tau, learn_tau, negatives, reduction, lr"),
+    (('box', {'loss.nope': 1}), "loss.nope: unknown option(s) for losses 'infonce'; allowed: similarity, tau, learn_tau, negatives, reduction, lr, queue"),
     ((None, {'train.steps': 0}), 'train.steps=0 is invalid: must be >= 1'),
 ]
 

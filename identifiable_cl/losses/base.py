@@ -72,6 +72,9 @@ The negative set is chosen by the ``negatives`` option:
 - ``independent``: the encodings of the DGP's separate negative samples, ``h_neg`` of
   shape (M, d) shared by all anchors or (B, K, d) per anchor. vK21's code
   (ysharma1126/ssl_identifiability) uses a fresh batch (M = B) with ``logmeanexp``.
+- ``queue`` (InfoNCE only): MoCo's. Only ``h_i`` is an anchor; ``h_pos`` holds the keys of a momentum
+  encoder and ``h_neg`` (M, d) the keys of a queue (``identifiable_cl.losses.queue``); negatives
+  ``{h+_j : j != i}`` and the M queued keys (B - 1 + M each).
 
 Losses are computed by :func:`contrastive_loss`, which hands batch and shared negatives to the
 row-blocked core (``identifiable_cl.losses.blocked``: O(B · block) memory, analytic gradient);
@@ -92,6 +95,7 @@ from torch import Tensor, nn
 
 from dgp import checks
 from identifiable_cl.losses.blocked import Pairing, Plan, blocked_loss
+from identifiable_cl.losses.queue import QUEUE, QueueOptions
 
 SIMILARITIES = ("cosine", "dot", "l1", "l2", "l3")
 NEGATIVE_SETS = ("symmetric", "r24", "one_sided", "first_view", "first_view_others", "independent")
@@ -104,13 +108,15 @@ def bound_candidates(negatives: str, reduction: str, batch: int, separate: int |
     """K of InfoNCE's bound on the mutual information of the views, I(z; z+) >= log K - L with L in its
     log-sum form (van den Oord et al. 2018; Poole et al. 2019): an anchor's candidates, its positive and its
     negatives, for a batch of ``batch`` pairs and ``separate`` DGP negatives per anchor (shared or not):
-    2B - 1 (``symmetric``, ``r24``), B (``one_sided``, ``first_view_others``), separate + 1 (``independent``).
-    None where the loss is no such bound: a decoupled reduction (the positive is no candidate) or
+    2B - 1 (``symmetric``, ``r24``), B (``one_sided``, ``first_view_others``), separate + 1 (``independent``),
+    B + separate (``queue``, with ``separate`` keys queued). None where the loss is no such bound: a decoupled reduction (the positive is no candidate) or
     ``first_view`` (the anchor itself is one)."""
     if reduction in DECOUPLED or negatives == "first_view":
         return None
     if negatives == "independent":
         return None if separate is None else separate + 1
+    if negatives == QUEUE:
+        return batch + (separate or 0)
     return 2 * batch - 1 if negatives in ("symmetric", "r24") else batch
 
 
@@ -193,6 +199,10 @@ def assemble(
             return Terms(pos, pairwise(h, h_neg), h_neg.shape[0])
         return Terms(pos, pairwise(h.unsqueeze(1), h_neg).squeeze(1), h_neg.shape[1])
     _check_batch(negatives, batch, key)
+    if negatives == QUEUE:
+        queued = _queued(h, h_neg)
+        cross = _without_diagonal(pairwise(h, h_pos))
+        return Terms(pos, torch.cat([cross, pairwise(h, queued)], 1), batch - 1 + queued.shape[0])
     if negatives == "first_view":
         return Terms(pos, pairwise(h, h), batch)
     if negatives == "symmetric":
@@ -271,23 +281,27 @@ def contrastive_loss(
         tensors, pairings, groups, n_neg, count = (h, h_neg), (Pairing(0, 1),), ((0,),), h_neg.shape[0], batch
     else:
         _check_batch(negatives, batch, key)
-        tensors, pairings, groups, n_neg, count = _batch_plan(negatives, h, h_pos)
+        tensors, pairings, groups, n_neg, count = _batch_plan(negatives, h, h_pos, h_neg)
     if negatives == "symmetric":
         pos = torch.cat([pos, pos])
     plan = Plan(kind, pairings, groups, tuple(multipliers), functools.partial(row_loss, n_neg=n_neg), count)
     return blocked_loss(plan, tensors, pos, scale)
 
 
-def _batch_plan(negatives: str, h: Tensor, h_pos: Tensor):
-    """Tensors, pairings, groups, negatives per anchor and row count of an in-batch negative set."""
+def _batch_plan(negatives: str, h: Tensor, h_pos: Tensor, h_neg: Tensor | None):
+    """Tensors, pairings, groups, negatives per anchor and row count of an in-batch negative set (and of
+    ``queue``, which adds the queued keys ``h_neg`` to ``one_sided``'s)."""
     batch = h.shape[0]
+    if negatives == QUEUE and _queued(h, h_neg).shape[0]:
+        pairings = (Pairing(0, 1, "diagonal"), Pairing(0, 2))
+        return (h, h_pos, h_neg), pairings, ((0, 1),), batch - 1 + h_neg.shape[0], batch
     if negatives == "symmetric":
         return (torch.cat([h, h_pos]),), (Pairing(0, 0, "views"),), ((0,),), 2 * batch - 2, 2 * batch
     if negatives == "first_view":
         return (h,), (Pairing(0, 0),), ((0,),), batch, batch
     if negatives == "first_view_others":
         return (h,), (Pairing(0, 0, "diagonal"),), ((0,),), batch - 1, batch
-    if negatives == "one_sided":
+    if negatives in ("one_sided", QUEUE):
         return (h, h_pos), (Pairing(0, 1, "diagonal"),), ((0,),), batch - 1, batch
     # r24: h_i pools {h_j} and {h+_j}; h+_i pools {h+_j} and the same {sim(h_i, h+_j)}, j != i
     pairings = (Pairing(0, 0, "diagonal"), Pairing(1, 1, "diagonal"), Pairing(0, 1, "diagonal"))
@@ -300,6 +314,15 @@ def _check_batch(negatives: str, batch: int, key: str) -> None:
             f"{key}.negatives={negatives!r} draws negatives from the batch and needs "
             f"at least 2 samples; got a batch of {batch}"
         )
+
+
+def _queued(h: Tensor, h_neg: Tensor | None) -> Tensor:
+    """The queued keys ``(M, d)`` of the ``queue`` negative set (none: M = 0)."""
+    if h_neg is None:
+        return h.new_zeros(0, h.shape[1])
+    if h_neg.dim() != 2 or h_neg.shape[1] != h.shape[1]:
+        raise ValueError(f"the queued keys h_neg must have shape (M, d={h.shape[1]}); got {tuple(h_neg.shape)}")
+    return h_neg
 
 
 def _check_negatives(h: Tensor, h_neg: Tensor | None, key: str) -> str:
@@ -365,6 +388,9 @@ class ContrastiveLoss(nn.Module):
     requires_negatives: bool = False
     needs_unit_norm: bool = False
     lr: float | None = None
+    queue: QueueOptions | None = None
+    """MoCo's queue (``identifiable_cl.losses.queue``) of a loss with ``negatives: queue``: the trainer then
+    passes the momentum encoder's keys as ``h_pos`` and the queued keys as ``h_neg`` (M, d)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -377,7 +403,7 @@ class ContrastiveLoss(nn.Module):
     def _prepare(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None, str]:
         """For a loss with a ``similarity`` option: its checked inputs (:func:`prepared_inputs`; unit-normalised
         for cosine) and the similarity to compute on them (``dot`` for cosine)."""
-        h, h_pos, h_neg = prepared_inputs(h, h_pos, h_neg, self.dim, self.requires_negatives)
+        h, h_pos, h_neg = prepared_inputs(h, h_pos, h_neg, self.dim, self.requires_negatives or self.queue is not None)
         if self.similarity == "cosine":
             h, h_pos, h_neg = normalise(h, h_pos, h_neg)
             return h, h_pos, h_neg, "dot"

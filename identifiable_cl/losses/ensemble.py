@@ -68,6 +68,9 @@ class Ensemble(ContrastiveLoss):
             member = LOSSES.build(options, key=member_key, dim=self.dim if widths is None else widths[-1])
             if not isinstance(member, ContrastiveLoss):
                 checks.fail(f"{member_key}.name", spec["name"], "expected a contrastive loss")
+            if member.queue is not None:
+                checks.fail(f"{member_key}.negatives", spec.get("negatives"), "MoCo's queue needs the momentum "
+                            "encoder's keys of the whole loss; an ensemble's members take another negative set")
             self.members.append(member)
         self.requires_negatives = any(m.requires_negatives for m in self.members)
         self.needs_unit_norm = any(

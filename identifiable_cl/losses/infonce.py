@@ -21,6 +21,7 @@ from identifiable_cl.losses.base import (
     contrastive_loss,
     infonce_row,
 )
+from identifiable_cl.losses.queue import QUEUE, queue_options
 from identifiable_cl.losses import LOSSES
 
 
@@ -53,13 +54,16 @@ class InfoNCE(InfoNCEBound, ContrastiveLoss):
         negatives="independent" with shared (M, d) negatives, reduction="decoupled_logsumexp",
         similarity "dot" on unit vectors resp. "l2" (CEBRA expands the squared distance, so
         agreement is up to rounding).
+    MoCo's form (He et al. 2020, with MoCo v3's in-batch keys): negatives="queue" with its ``queue``
+    option, reduction="logsumexp", similarity="cosine" (``identifiable_cl.losses.queue``).
     """
 
     OPTION_DOCS = {
         'similarity': 'cosine (aᵀb / (||a|| ||b||); the encoder should output unit vectors), dot (aᵀb), or l1/l2/l3 (-||a - b||_p^p, p = 1, 2, 3: the Laplace, Gaussian and generalised-normal conditionals of Z21)',
         'tau': 'temperature > 0 (Z21 default 1)',
         'learn_tau': 'learn tau (parametrised as exp(log tau), started at tau)',
-        'negatives': 'the negative set N(a), see identifiable_cl.losses.base',
+        'negatives': 'the negative set N(a), see identifiable_cl.losses.base; queue: MoCo\'s queue of momentum-encoder keys',
+        'queue': 'with negatives: queue, {size: S keys queued (default 4096), momentum: m in [0, 1] of the key encoder (default 0.999)}; see identifiable_cl.losses.queue',
         'reduction': 'logsumexp or logmeanexp (positive in the denominator), or decoupled_logsumexp or decoupled_logmeanexp (negatives only); see identifiable_cl.losses.base for the equations',
         'lr': "learning rate of the learnt tau (None = the trainer's loss lr)",
     }
@@ -74,14 +78,16 @@ class InfoNCE(InfoNCEBound, ContrastiveLoss):
         negatives: str = "symmetric",
         reduction: str = "logsumexp",
         lr: float | None = None,
+        queue: dict | None = None,
     ):
         super().__init__()
         self.dim = check_dim(dim)
         self.similarity = checks.choice("similarity", similarity, SIMILARITIES)
         self.temperature = Temperature(checks.float32_positive("tau", tau), checks.boolean("learn_tau", learn_tau))
-        self.negatives = checks.choice("negatives", negatives, NEGATIVE_SETS)
+        self.negatives = checks.choice("negatives", negatives, NEGATIVE_SETS + (QUEUE,))
         self.reduction = checks.choice("reduction", reduction, REDUCTIONS)
         self.lr = check_lr(lr)
+        self.queue = queue_options(queue, self.negatives)
         self.requires_negatives = self.negatives == "independent"
         self.needs_unit_norm = self.similarity == "cosine"
 
@@ -104,6 +110,6 @@ class InfoNCE(InfoNCEBound, ContrastiveLoss):
         return (
             f"similarity={self.similarity!r}, tau={self.temperature.item():g}, "
             f"learn_tau={self.temperature.learn}, negatives={self.negatives!r}, "
-            f"reduction={self.reduction!r}"
+            f"reduction={self.reduction!r}" + (f", queue={dict(self.queue._asdict())}" if self.queue else "")
         )
 

@@ -19,6 +19,14 @@ Read from ``experiments/<name>/experiment.yaml``::
         scales: {paper: {...}, smoke: {...}}  # optional per-run, per-scale overrides
         reference: {metric: number or text,   # optional published numbers, for every
                     metric: {scale: number or text}}  # scale or per scale
+        tune: {dotted.key: W&B parameter}     # optional: tuned before the seeds run (needs tuning)
+        tune_metric: r2_linear_content        # optional: what this run's tuning maximises instead
+    tuning:                                   # optional: how the runs with ``tune`` are tuned
+      runs: 8                                 # bayes proposals per tuned run (at tiny: 2)
+      seed: 100                               # the root seed of every tuning run (not reported)
+      metric: r2_linear                       # summary key the search maximises
+      steps: {smoke: 500, medium: 2000}       # train.steps of a tuning run per scale (default: the run's)
+      overrides: {eval.nonlinear: false}      # optional: on top of every tuning run's config
     metrics: [summary keys shown in the table]
     claims: [see identifiable_cl.reproduce.claims]
     figures: [see identifiable_cl.reproduce.report]
@@ -57,6 +65,11 @@ evaluation samples, to check the plumbing, not the claims. ``paper`` and ``smoke
 required; ``medium`` (the published settings trained for fewer steps, sized to finish on one
 machine) exists where the experiment defines it.
 
+A run with ``tune`` gets an equal budget of tuning before its seeds run (:mod:`identifiable_cl.reproduce.tuning`):
+an offline W&B bayes search (:meth:`Experiment.tuning_sweep`) of ``tuning.runs`` runs over its ``tune`` keys,
+every other key as at the scale, on the tuning seed and at the tuning steps; the best run's values of the tuned
+keys then join the run's overrides for every seed (:meth:`Experiment.sweep`'s ``tuned``).
+
 The experiment folders are found through :mod:`identifiable_cl.packaged`, in a wheel as in a
 source checkout.
 """
@@ -65,7 +78,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -152,6 +165,10 @@ class RunSpec:
     overrides: dict[str, Any]
     scales: dict[str, dict[str, Any]]
     reference: dict[str, Any]
+    tune: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The tuned keys and their W&B parameter specs (``{}``: not tuned)."""
+    tune_metric: str | None = None
+    """The summary key this run's tuning maximises (None: the experiment's ``tuning.metric``)."""
 
     def reference_at(self, metric: str, scale: str) -> Any:
         """The published number (or text) for ``metric`` at ``scale``: a per-scale entry's value there
@@ -160,6 +177,58 @@ class RunSpec:
         if isinstance(value, Mapping):
             return value.get("smoke" if scale == "tiny" else scale)
         return value
+
+
+TUNING_AT_TINY = 2
+"""Tuning runs per tuned run at the ``tiny`` scale (plumbing only)."""
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How the runs with ``tune`` are tuned (module docstring)."""
+
+    runs: int
+    seed: int
+    metric: str
+    steps: dict[str, int]
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def count(self, scale: str) -> int:
+        """Bayes proposals per tuned run at ``scale``."""
+        return min(self.runs, TUNING_AT_TINY) if scale == "tiny" else self.runs
+
+
+def _tuning(where: str, raw: Any) -> Tuning | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}={raw!r} is invalid: a mapping with runs, seed, metric and steps")
+    check_entries(where, raw, {"runs", "seed", "metric", "steps", "overrides"})
+    runs, seed, metric, steps = raw.get("runs", 8), raw.get("seed", 100), raw.get("metric", "r2_linear"), raw.get("steps") or {}
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"{where}.runs={runs!r} is invalid: an integer >= 1")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"{where}.seed={seed!r} is invalid: an integer >= 0")
+    if not isinstance(metric, str) or not metric:
+        raise ValueError(f"{where}.metric={metric!r} is invalid: a summary key")
+    if not isinstance(steps, Mapping) or any(k not in DATA_SCALES or isinstance(v, bool) or not isinstance(v, int)
+                                             or v < 1 for k, v in steps.items()):
+        raise ValueError(f"{where}.steps={steps!r} is invalid: a mapping from {', '.join(DATA_SCALES)} to steps >= 1")
+    return Tuning(runs, seed, metric, dict(steps), _overrides(f"{where}.overrides", raw.get("overrides")))
+
+
+def _tune(where: str, raw: Any) -> dict[str, dict[str, Any]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not raw:
+        raise ValueError(f"{where}={raw!r} is invalid: a mapping of dotted config keys to W&B parameter specs")
+    for key, spec in raw.items():
+        if not isinstance(key, str) or not is_config_key(key) or key == "seed":
+            raise ValueError(f"{where}.{key}: not a tunable `icl train` config key (write flat dotted keys, e.g. loss.tau)")
+        if not isinstance(spec, Mapping) or not ({"values", "distribution", "min"} & set(spec)):
+            raise ValueError(f"{where}.{key}={spec!r} is invalid: a W&B parameter with values, or a distribution "
+                             "with min and max")
+    return {k: dict(v) for k, v in raw.items()}
 
 
 @dataclass(frozen=True)
@@ -303,6 +372,7 @@ class Experiment:
     figures: tuple[dict[str, Any], ...]
     folder: Path
     population: Population | None = None
+    tuning: Tuning | None = None
 
     def scale_names(self) -> tuple[str, ...]:
         """The scales this experiment can run at, in :data:`SCALES` order."""
@@ -332,16 +402,48 @@ class Experiment:
         except ValueError as exc:
             raise ValueError(f"experiment {self.name}, run {label}, scale {scale}: {exc}") from exc
 
-    def sweep(self, label: str, scale: str, seeds: int) -> dict[str, Any]:
-        """A W&B grid sweep (as a parsed YAML mapping) of run ``label`` over ``seeds`` seeds 0..seeds-1."""
+    def sweep(self, label: str, scale: str, seeds: int, tuned: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """A W&B grid sweep (as a parsed YAML mapping) of run ``label`` over ``seeds`` seeds 0..seeds-1; ``tuned``:
+        the values its tuning chose for its ``tune`` keys."""
         parameters: dict[str, Any] = {"seed": {"values": list(range(seeds))}}
-        parameters.update({k: {"value": v} for k, v in self.overrides(label, scale).items()})
+        parameters.update({k: {"value": v} for k, v in combine(self.overrides(label, scale), tuned or {}).items()})
         return {
             "name": f"{self.name}-{scale}-{label}",
             "description": f"{self.name} ({scale} scale): {self.run(label).description}",
             "project": "identifiable-cl",
             "method": "grid",
             "metric": {"name": "r2_linear", "goal": "maximize"},
+            "command": ["${env}", sys.executable, "-m", "identifiable_cl.cli", "train", "--quiet", "${args}"],
+            "parameters": parameters,
+        }
+
+
+    def tuning_metric(self, label: str) -> str:
+        """The summary key the tuning of run ``label`` maximises."""
+        return self.run(label).tune_metric or self.tuning.metric
+
+    def tuning_sweep(self, label: str, scale: str) -> dict[str, Any]:
+        """The W&B bayes sweep that tunes run ``label`` at ``scale`` (as a parsed YAML mapping): its ``tune`` keys
+        searched, every other key as at the scale with ``tuning.overrides`` on top, the tuning seed, and the
+        tuning steps of the scale (at ``tiny`` the tiny run's steps)."""
+        run = self.run(label)
+        if not run.tune or self.tuning is None:
+            raise ValueError(f"experiment {self.name}: run {label!r} is not tuned (it has no tune entry)")
+        fixed = combine(self.overrides(label, scale), self.tuning.overrides)
+        steps = self.tuning.steps.get(scale)
+        if steps is not None:
+            fixed["train.steps"] = steps
+            fixed.update({k: min(fixed.get(k, steps), steps) for k in ("train.eval_every", "train.checkpoint_every")})
+        parameters: dict[str, Any] = {"seed": {"value": self.tuning.seed}}
+        parameters.update({k: {"value": v} for k, v in fixed.items() if k not in run.tune})
+        parameters.update(run.tune)
+        return {
+            "name": f"{self.name}-{scale}-{label}-tuning",
+            "description": f"{self.name} ({scale} scale): tuning {', '.join(run.tune)} of {run.description}",
+            "project": "identifiable-cl",
+            "method": "bayes",
+            "metric": {"name": self.tuning_metric(label), "goal": "maximize"},
+            "run_cap": self.tuning.count(scale),
             "command": ["${env}", sys.executable, "-m", "identifiable_cl.cli", "train", "--quiet", "${args}"],
             "parameters": parameters,
         }
@@ -388,7 +490,8 @@ def parse_experiment(raw: Any, folder: Path, source: str) -> Experiment:
     if not isinstance(raw, Mapping):
         raise ValueError(f"{source}: expected a mapping")
     check_entries(source, raw, {"name", "title", "paper", "reference_source", "notes", "base", "scales", "runs",
-                                "metrics", "claims", "figures", "population"})
+                                "metrics", "claims", "figures", "population", "tuning"})
+    tuning = _tuning(f"{source}.tuning", raw.get("tuning"))
     runs_raw = raw.get("runs")
     if not isinstance(runs_raw, list) or not runs_raw:
         raise ValueError(f"{source}.runs: a non-empty list of runs")
@@ -397,7 +500,7 @@ def parse_experiment(raw: Any, folder: Path, source: str) -> Experiment:
         where = f"{source}.runs[{i}]"
         if not isinstance(r, Mapping) or not isinstance(r.get("label"), str):
             raise ValueError(f"{where}: a mapping with a label")
-        extra = sorted(set(r) - {"label", "description", "overrides", "scales", "reference"})
+        extra = sorted(set(r) - {"label", "description", "overrides", "scales", "reference", "tune", "tune_metric"})
         if extra:
             raise ValueError(f"{where}: unknown entries {extra}")
         reference = r.get("reference") or {}
@@ -416,8 +519,14 @@ def parse_experiment(raw: Any, folder: Path, source: str) -> Experiment:
                 overrides=_overrides(f"{where}.overrides", r.get("overrides")),
                 scales=_scaled(f"{where}.scales", r.get("scales")),
                 reference=dict(reference),
+                tune=_tune(f"{where}.tune", r.get("tune")),
+                tune_metric=r.get("tune_metric"),
             )
         )
+        if runs[-1].tune_metric is not None and (not isinstance(runs[-1].tune_metric, str) or not runs[-1].tune):
+            raise ValueError(f"{where}.tune_metric={runs[-1].tune_metric!r} is invalid: a summary key, in a run with tune")
+        if runs[-1].tune and tuning is None:
+            raise ValueError(f"{where}.tune: a tuned run needs the experiment's tuning entry (runs, seed, metric, steps)")
     labels = [r.label for r in runs]
     if len(set(labels)) != len(labels):
         raise ValueError(f"{source}.runs: labels must be distinct: {labels}")
@@ -444,6 +553,7 @@ def parse_experiment(raw: Any, folder: Path, source: str) -> Experiment:
         figures=figures,
         folder=folder,
         population=_population(f"{source}.population", raw.get("population"), labels),
+        tuning=tuning,
     )
     if experiment.population is not None:
         for scale in experiment.scale_names():
@@ -514,3 +624,5 @@ def check_experiment(experiment: Experiment, scales: tuple[str, ...] | None = No
         for run in experiment.runs:
             experiment.config(run.label, scale)
             parse_sweep(experiment.sweep(run.label, scale, 1), f"{experiment.name}/{run.label} ({scale})")
+            if run.tune:
+                parse_sweep(experiment.tuning_sweep(run.label, scale), f"{experiment.name}/{run.label} tuning ({scale})")

@@ -12,6 +12,9 @@ baseline, claim verdicts), ``OUT/results.json`` (the same numbers) and
 from the runs already finished in OUT. As in ``icl sweep run``, parallel runs share
 the cores (``OMP_NUM_THREADS`` = cores // workers unless set).
 
+Runs with a ``tune`` entry are tuned first (:mod:`identifiable_cl.reproduce.tuning`, under ``OUT/tuning``);
+their seeds then run with the tuned values, which results.md lists.
+
 An experiment with a ``population`` entry is first checked without training
 (:mod:`identifiable_cl.reproduce.population`, seconds at every scale, before any run starts, so a
 problem with the entry surfaces at once); its numbers go into results.md and, under
@@ -24,9 +27,9 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from identifiable_cl.reproduce import population, report
+from identifiable_cl.reproduce import population, report, tuning
 from identifiable_cl.reproduce.claims import Verdict, check, tally
 from identifiable_cl.reproduce.experiment import (
     SCALES,
@@ -62,14 +65,14 @@ Planned = list[tuple[str, SweepSpec, PlannedRun]]
 
 
 def plan(experiment: Experiment, scale: str, seeds: int, out: Path, labels: Sequence[str] | None = None,
-         write: bool = True) -> Planned:
-    """Every planned run of the experiment (of the runs ``labels`` only, when given); with ``write`` each
-    sweep file is written to ``out/sweeps``."""
+         write: bool = True, tuned: Mapping[str, Mapping[str, Any]] | None = None) -> Planned:
+    """Every planned run of the experiment (of the runs ``labels`` only, when given), with the ``tuned`` values
+    of the tuned runs; with ``write`` each sweep file is written to ``out/sweeps``."""
     planned = []
     for spec_run in experiment.runs:
         if labels is not None and spec_run.label not in labels:
             continue
-        raw = experiment.sweep(spec_run.label, scale, seeds)
+        raw = experiment.sweep(spec_run.label, scale, seeds, (tuned or {}).get(spec_run.label))
         spec = parse_sweep(raw, f"{experiment.name}/{spec_run.label}")
         if write:
             write_sweep_file(spec, out / SWEEPS)
@@ -139,8 +142,9 @@ def reproduce(
     check_experiment(experiment, (scale,))
     out = Path(out) if out is not None else Path(DEFAULT_OUT) / f"{experiment.name}-{scale}"
     pending: list[str] = []
+    best = tuning.read_best(out) if report_only else {}
     if report_only:
-        planned = plan(experiment, scale, seeds, out, runs, write=False)
+        planned = plan(experiment, scale, seeds, out, runs, write=False, tuned=tuning.values(best))
         pending = [f"{label} seed {run.params['seed']}" for label, _, run in planned if not is_finished(run.folder)]
         planned = [(label, spec, run) for label, spec, run in planned if is_finished(run.folder)]
         if not planned:
@@ -155,7 +159,8 @@ def reproduce(
     if report_only:
         echo(f"report only: {len(planned)} finished runs" + (f"; not finished: {', '.join(pending)}" if pending else ""))
     else:
-        planned = plan(experiment, scale, seeds, out, runs)
+        best = tuning.tune(experiment, scale, out, runs, workers, echo)
+        planned = plan(experiment, scale, seeds, out, runs, tuned=tuning.values(best))
         run_all(planned, workers, echo, pack)
     results = collect(experiment, planned)
     means = {label: res.means() for label, res in results.items()}
@@ -166,7 +171,7 @@ def reproduce(
         experiment, scale, seeds, results, verdicts, figures, command, out, time.perf_counter() - started,
         population=checked, pending=pending,
     )
-    (out / RESULTS_MD).write_text(text)
+    (out / RESULTS_MD).write_text(text + ("\n" + tuning.section(experiment, best, scale) if best else ""))
     data = {
         "experiment": experiment.name,
         "scale": scale,
@@ -174,6 +179,7 @@ def reproduce(
         "means": means,
         "failed": {label: [str(r.path) for r in res.failed] for label, res in results.items()},
         "not_finished": pending,
+        "tuning": best,
         "claims": [
             {"claim": v.claim.text, "verdict": v.state, "left": v.left, "right": v.right, "threshold": v.threshold,
              "detail": v.detail}

@@ -26,8 +26,8 @@ def test_loss_and_precision_sections_report():
     for row in rows:
         assert row["encoder_ms"] > 0 and row["eager"] > 0 and row["naive"] > 0
     assert any("naive/best" in line for line in lines)
-    dense = bench.bench_dense_losses(batches=(16,), reps=1, print_fn=lines.append)
-    assert [r["loss"] for r in dense] == list(bench.DENSE_LOSSES) and all(r["ms"] > 0 for r in dense)
+    pairs = bench.bench_pair_losses(batches=(16,), reps=1, print_fn=lines.append)
+    assert [r["loss"] for r in pairs] == list(bench.PAIR_LOSSES) and all(r["ms"] > 0 for r in pairs)
     out = bench.bench_precision(batch=16, steps=1, print_fn=lines.append)
     assert out["fp32"] > 0 and out["bf16"] > 0 and "bf16" in lines[-1]
     if linear._operator() is not None:

@@ -339,35 +339,32 @@ def bench_loss(batches: Iterable[int] = (1024, 6144), reps: int = 3, memory: boo
     return rows
 
 
-DENSE_LOSSES = {"nce": {"similarity": "l1", "tau": 0.1}, "nwj": {"similarity": "l1", "tau": 0.1}, "margin": {},
-                "triplet": {"normalize": False}, "scl": {}}
-"""The losses that score the dense (2B × 2B) logits, with the options they are timed with."""
+PAIR_LOSSES = {"nce": {"similarity": "l1", "tau": 0.1}, "nwj": {"similarity": "l1", "tau": 0.1}, "margin": {},
+               "triplet": {"normalize": False}, "triplet_hardest": {"normalize": False, "mining": "hardest"},
+               "scl": {}}
+"""The losses that sum a function over the negative pairs (:mod:`identifiable_cl.losses.elementwise`), with the
+options they are timed with (a ``_suffix`` names a variant of the loss before it)."""
 
 
-def bench_dense_losses(batches: Iterable[int] = (1024, 6144), reps: int = 3, device: torch.device | None = None,
-                       print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Forward + backward of each loss of :data:`DENSE_LOSSES` (symmetric negatives, n = 10), as ms and as a
-    share of the encoder's own forward + backward on the 2B rows; a batch whose (2B × 2B) float32 logits
-    exceed the naive limit is not timed."""
+def bench_pair_losses(batches: Iterable[int] = (1024, 6144), reps: int = 3, device: torch.device | None = None,
+                      print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Forward + backward of each loss of :data:`PAIR_LOSSES` (symmetric negatives, n = 10, row-blocked), as ms
+    and as a share of the encoder's own forward + backward on the 2B rows."""
     from identifiable_cl.losses import LOSSES
 
     device = device or bench_device()
-    print_fn(f"\nother losses (dense (2B x 2B) logits), symmetric negatives, n = 10, on {device}: forward+backward ms, "
-             "and % of the encoder's fwd+bwd on 2B rows")
-    print_fn(f"{'loss':<9}{'batch':>6}{'encoder':>9}{'loss':>18}")
+    print_fn(f"\nlosses over the negative pairs (row-blocked), symmetric negatives, n = 10, on {device}: "
+             "forward+backward ms, and % of the encoder's fwd+bwd on 2B rows")
+    print_fn(f"{'loss':<16}{'batch':>6}{'encoder':>9}{'loss':>18}")
     rows = []
     for batch in batches:
         enc = encoder_step_time(10, 2 * batch, device, reps)
-        for name, options in DENSE_LOSSES.items():
-            row: dict[str, Any] = {"loss": name, "batch": batch, "encoder_ms": enc * 1e3, "ms": math.nan}
-            if (2 * batch) ** 2 * 10 * 4 > NAIVE_LIMIT_BYTES:
-                print_fn(f"{name:<9}{batch:>6}{enc * 1e3:>9.1f}{'(too big)':>18}")
-            else:
-                h, h_pos = _loss_inputs(batch, device)
-                loss = LOSSES.build({"name": name, **options}, key="loss", dim=10).to(device)
-                row["ms"] = timed(lambda: loss(h, h_pos).backward(), reps, warmup=1, device=device) * 1e3
-                print_fn(f"{name:<9}{batch:>6}{enc * 1e3:>9.1f}{row['ms']:>9.1f} ({100 * row['ms'] / (enc * 1e3):>5.1f}%)")
-            rows.append(row)
+        h, h_pos = _loss_inputs(batch, device)
+        for label, options in PAIR_LOSSES.items():
+            loss = LOSSES.build({"name": label.split("_")[0], **options}, key="loss", dim=10).to(device)
+            ms = timed(lambda: loss(h, h_pos).backward(), reps, warmup=1, device=device) * 1e3
+            rows.append({"loss": label, "batch": batch, "encoder_ms": enc * 1e3, "ms": ms})
+            print_fn(f"{label:<16}{batch:>6}{enc * 1e3:>9.1f}{ms:>9.1f} ({100 * ms / (enc * 1e3):>5.1f}%)")
     return rows
 
 
@@ -493,8 +490,8 @@ def run_bench(quick: bool = False, sections: Iterable[str] | None = None, device
     if "loss" in sections:
         out["loss"] = bench_loss(batches=(1024,) if quick else (1024, 6144), reps=2 if quick else 3,
                                  memory=not quick, device=on, print_fn=print_fn)
-        out["dense_losses"] = bench_dense_losses(batches=(1024,) if quick else (1024, 6144), reps=2 if quick else 3,
-                                                 device=on, print_fn=print_fn)
+        out["pair_losses"] = bench_pair_losses(batches=(1024,) if quick else (1024, 6144), reps=2 if quick else 3,
+                                               device=on, print_fn=print_fn)
     if "training" in sections:
         out["training"] = bench_training(batches=(1024,) if quick else (1024, 6144), steps=3 if quick else 10,
                                          device=on, print_fn=print_fn)

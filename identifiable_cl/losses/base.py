@@ -95,6 +95,7 @@ from torch import Tensor, nn
 
 from dgp import checks
 from identifiable_cl.losses.blocked import Pairing, Plan, blocked_loss
+from identifiable_cl.losses.elementwise import Phi, blocked_sum, nearest
 from identifiable_cl.losses.queue import QUEUE, QueueOptions
 
 SIMILARITIES = ("cosine", "dot", "l1", "l2", "l3")
@@ -270,22 +271,85 @@ def contrastive_loss(
     DGP negatives (B, K, d) hold only B·K logits and are scored directly. Inputs come from
     :func:`prepared_inputs`.
     """
-    batch = h.shape[0]
     pos = paired_similarity(h, h_pos, kind) * scale
-    if negatives == "independent":
-        if _check_negatives(h, h_neg, key) == "per_anchor":
-            logits = pairwise_similarity(h.unsqueeze(1), h_neg, kind).squeeze(1) * scale
-            lse = torch.stack([torch.logsumexp(c * logits, 1) for c in multipliers], 1)
-            scale_t = torch.as_tensor(scale, dtype=pos.dtype, device=pos.device)
-            return row_loss(pos, lse, scale_t, n_neg=h_neg.shape[1]).mean()
-        tensors, pairings, groups, n_neg, count = (h, h_neg), (Pairing(0, 1),), ((0,),), h_neg.shape[0], batch
-    else:
-        _check_batch(negatives, batch, key)
-        tensors, pairings, groups, n_neg, count = _batch_plan(negatives, h, h_pos, h_neg)
+    if negatives == "independent" and _check_negatives(h, h_neg, key) == "per_anchor":
+        logits = pairwise_similarity(h.unsqueeze(1), h_neg, kind).squeeze(1) * scale
+        lse = torch.stack([torch.logsumexp(c * logits, 1) for c in multipliers], 1)
+        scale_t = torch.as_tensor(scale, dtype=pos.dtype, device=pos.device)
+        return row_loss(pos, lse, scale_t, n_neg=h_neg.shape[1]).mean()
+    tensors, pairings, groups, n_neg, count = negative_plan(negatives, h, h_pos, h_neg, key)
     if negatives == "symmetric":
         pos = torch.cat([pos, pos])
     plan = Plan(kind, pairings, groups, tuple(multipliers), functools.partial(row_loss, n_neg=n_neg), count)
     return blocked_loss(plan, tensors, pos, scale)
+
+
+def negative_plan(negatives: str, h: Tensor, h_pos: Tensor, h_neg: Tensor | None, key: str = "loss"):
+    """Tensors, pairings, groups (``identifiable_cl.losses.blocked.Plan``), negatives per anchor and row count of
+    a negative set whose negatives the anchors share: every set but ``independent`` with (B, K, d) negatives."""
+    if negatives == "independent":
+        _check_negatives(h, h_neg, key)
+        return (h, h_neg), (Pairing(0, 1),), ((0,),), h_neg.shape[0], h.shape[0]
+    _check_batch(negatives, h.shape[0], key)
+    return _batch_plan(negatives, h, h_pos, h_neg)
+
+
+class Pairs:
+    """Each anchor row's positive similarity ``pos (R,)`` and its ``n_neg`` negative pairs, for the losses that add
+    a function over the pairs (:mod:`identifiable_cl.losses.elementwise`): the rows and pairs of :func:`assemble`
+    (unscaled similarities ``kind``), never held as its (R, K) matrix unless the negatives are the DGP's own per
+    anchor ((B, K, d): B·K pairs in all)."""
+
+    def __init__(self, negatives: str, h: Tensor, h_pos: Tensor, h_neg: Tensor | None, kind: str, key: str):
+        self.kind = kind
+        self.dense: Terms | None = None
+        if negatives == "independent" and _check_negatives(h, h_neg, key) == "per_anchor":
+            self.dense = assemble(negatives, h, h_pos, h_neg, kind, 1.0, key)
+            self.pos, self.n_neg = self.dense.pos, self.dense.n_neg
+            return
+        self.tensors, self.pairings, self.groups, self.n_neg, rows = negative_plan(negatives, h, h_pos, h_neg, key)
+        pos = paired_similarity(h, h_pos, kind)
+        self.pos = torch.cat([pos] * (rows // pos.shape[0]))
+
+    @property
+    def rows(self) -> int:
+        return self.pos.shape[0]
+
+    def total(self, phi: Phi, *params: Tensor) -> Tensor:
+        """Σ over rows r and their negatives j of ``phi(sim_rj, pos_r (·, 1), *params)`` (a scalar); excluded pairs
+        reach ``phi`` as 0 and add nothing."""
+        if self.dense is not None:
+            kept = ~torch.isneginf(self.dense.neg)
+            neg = torch.where(kept, self.dense.neg, torch.zeros_like(self.dense.neg))
+            return torch.where(kept, phi(neg, self.pos[:, None], *params), torch.zeros_like(neg)).sum()
+        weights = [sum(i in group for group in self.groups) for i in range(len(self.pairings))]
+        anchors = self.tensors[self.pairings[0].anchors].shape[0]
+        return blocked_sum(self.kind, self.pairings, weights, self.tensors, self.pos[:anchors], params, phi)
+
+    def nearest(self, semihard: bool) -> Tensor:
+        """Each row's nearest negative's similarity ``(R,)`` (the largest), or with ``semihard`` the nearest whose
+        similarity is below the positive's where there is one; differentiable in the encodings."""
+        if self.dense is not None:
+            neg, pos = self.dense.neg, self.pos
+            with torch.no_grad():
+                chosen = neg.argmax(1)  # -inf entries are never the largest (n_neg >= 1)
+                if semihard:
+                    farther = ~torch.isneginf(neg) & (neg < pos.unsqueeze(1))
+                    below = neg.masked_fill(~farther, float("-inf")).argmax(1)
+                    chosen = torch.where(farther.any(1), below, chosen)
+            return neg.gather(1, chosen.unsqueeze(1)).squeeze(1)
+        values = []
+        for group in self.groups:
+            pairings = [self.pairings[i] for i in group]
+            rows = self.tensors[pairings[0].anchors].shape[0]
+            choice = nearest(self.kind, pairings, self.tensors, self.pos[:rows] if semihard else None)
+            picked = self.pos.new_zeros(rows)
+            for index, pairing in enumerate(pairings):
+                at = (choice[:, 0] == index).nonzero().squeeze(1)
+                a, c = self.tensors[pairing.anchors][at], self.tensors[pairing.candidates][choice[at, 1]]
+                picked = picked.index_put((at,), paired_similarity(a, c, self.kind))
+            values.append(picked)
+        return torch.cat(values)
 
 
 def _batch_plan(negatives: str, h: Tensor, h_pos: Tensor, h_neg: Tensor | None):

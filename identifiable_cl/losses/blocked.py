@@ -237,7 +237,7 @@ def _native(*tensors: Tensor) -> bool:
     return ok
 
 
-def _excluded(exclude: str, start: int, rows: int, n: int, device: torch.device) -> Tensor | None:
+def excluded_columns(exclude: str, start: int, rows: int, n: int, device: torch.device) -> Tensor | None:
     """(rows, 2) int64: the columns that rows start..start+rows leave out (-1 = none), or None."""
     if exclude == "none":
         return None
@@ -294,7 +294,7 @@ class _BlockedLoss(torch.autograd.Function):
             for pairing, workspace in zip(plan.pairings, workspaces):
                 a = tensors[pairing.anchors][start : start + size]
                 cT = transposed[pairing.candidates]
-                excluded = _excluded(pairing.exclude, start, size, cT.shape[1], device)
+                excluded = excluded_columns(pairing.exclude, start, size, cT.shape[1], device)
                 stats.append(block_forward(a, cT, scale, excluded, plan.kind, plan.multipliers, needs[1], workspace))
             row_grads = _rows(plan, stats, pos[start : start + size][fresh], scale, fresh, want_grad)
             total += row_grads[0]

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from dgp import checks
-from identifiable_cl.losses.base import NEGATIVE_SETS, ContrastiveLoss, assemble, check_dim, prepared_inputs
+from identifiable_cl.losses.base import NEGATIVE_SETS, ContrastiveLoss, Pairs, check_dim, prepared_inputs
 from identifiable_cl.losses import LOSSES
 
 
@@ -45,8 +45,8 @@ class MarginContrastive(ContrastiveLoss):
     ``independent`` needs at least one DGP negative per
     anchor. ``r24`` gives the same loss as ``symmetric``: the two pool the same negative pairs,
     only assigned to other anchors, and each pair's term here depends on the pair alone. The
-    negative pairs come from the dense matrices of :func:`assemble`: O(R · K) memory for R
-    anchors and K columns (K = 2B for ``symmetric``).
+    negative pairs are summed block by block (:class:`identifiable_cl.losses.base.Pairs`): the (R, K)
+    matrix of distances is never held.
     """
 
     OPTION_DOCS = {
@@ -65,18 +65,14 @@ class MarginContrastive(ContrastiveLoss):
         """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
         h, h_pos, h_neg = prepared_inputs(h, h_pos, h_neg, self.dim, self.requires_negatives)
         # the l2 similarity is -||a - b||², so the terms hold minus the squared distances
-        terms = assemble(self.negatives, h, h_pos, h_neg, "l2", 1.0, self.config_key)
-        if terms.n_neg < 1:
+        pairs = Pairs(self.negatives, h, h_pos, h_neg, "l2", self.config_key)
+        if pairs.n_neg < 1:
             raise ValueError(
                 f"{self.config_key}.negatives={self.negatives!r}: the margin loss needs at least one "
                 "negative per anchor; got none (h_neg holds 0 negatives)"
             )
-        excluded = torch.isneginf(terms.neg)
-        # excluded pairs are replaced before any nonlinearity: their gradient is exactly 0
-        squared = torch.where(excluded, torch.zeros_like(terms.neg), -terms.neg)
-        hinge = torch.clamp(self.margin - safe_sqrt(squared), min=0).square()
-        hinge = torch.where(excluded, torch.zeros_like(hinge), hinge)
-        return (-terms.pos + hinge.sum(1) / terms.n_neg).mean()
+        hinges = pairs.total(lambda sim, _: torch.clamp(self.margin - safe_sqrt(-sim), min=0).square())
+        return -pairs.pos.mean() + hinges / (pairs.rows * pairs.n_neg)
 
     def extra_repr(self) -> str:
         return f"margin={self.margin:g}, negatives={self.negatives!r}"

@@ -18,6 +18,7 @@ from identifiable_cl.losses.base import (
     NEGATIVE_SETS,
     SIMILARITIES,
     ContrastiveLoss,
+    Pairs,
     Terms,
     assemble,
     check_dim,
@@ -41,9 +42,9 @@ def check_offset(value: Any) -> float:
 class CriticLoss(ContrastiveLoss):
     """Base of the losses built on the critic f(a, b) = s · sim(a, b) + c, s = 1 / tau, c the offset.
 
-    ``terms`` gives the critic's values on each anchor's positive ``(R,)`` and negatives ``(R, K)``
-    (``-inf`` = excluded pair, exactly ``n_neg`` finite entries a row), from the dense logits of
-    :func:`identifiable_cl.losses.base.assemble`; a subclass turns them into the loss in ``objective``.
+    ``forward`` scores each anchor's positive and its negative pairs (:class:`identifiable_cl.losses.base.Pairs`,
+    never their (R, K) matrix); a subclass turns them into the loss in ``objective``. ``terms`` gives the
+    critic's values as the dense matrices of :func:`identifiable_cl.losses.base.assemble`, for inspection.
     The offset c is a learnt scalar (``learn_offset``) or a fixed buffer; tau is fixed.
 
     The negative set ``first_view`` is refused: it makes each anchor its own negative, a pair that is
@@ -114,13 +115,20 @@ class CriticLoss(ContrastiveLoss):
 
     def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
         """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
-        f = self.terms(h, h_pos, h_neg)
-        # only the excluded pairs are -inf: an overflow to +inf or a nan stays in and shows in the loss
-        return self.objective(f.pos, f.neg, f.neg != float("-inf"), f.n_neg)
+        h, h_pos, h_neg, kind = self._prepare(h, h_pos, h_neg)
+        pairs = Pairs(self.negatives, h, h_pos, h_neg, kind, self.config_key)
+        if pairs.n_neg < 1:
+            raise ValueError(
+                f"{self.config_key}.name={self.LOSS_NAME!r} needs at least one negative per anchor; "
+                "got none (h_neg holds 0 negatives)"
+            )
+        scale = 1.0 / self.tau
+        offset = self.offset.to(pairs.pos.dtype)
+        return self.objective(scale * pairs.pos + offset, pairs, scale, offset)
 
-    def objective(self, pos: Tensor, neg: Tensor, kept: Tensor, n_neg: int) -> Tensor:
-        """The scalar loss from the critic's values ``pos (R,)`` and ``neg (R, K)``; ``kept`` marks the
-        entries of ``neg`` that are not excluded pairs (``n_neg`` a row)."""
+    def objective(self, pos: Tensor, pairs: Pairs, scale: float, offset: Tensor) -> Tensor:
+        """The scalar loss from the critic's values on the positives ``pos (R,)`` and the negative ``pairs``, on
+        which the critic is ``scale · sim + offset``."""
         raise NotImplementedError
 
     def logs(self) -> dict[str, float | list[float]]:
@@ -131,12 +139,6 @@ class CriticLoss(ContrastiveLoss):
             f"similarity={self.similarity!r}, tau={self.tau:g}, offset={float(self.offset.detach()):g}, "
             f"learn_offset={self.learn_offset}, negatives={self.negatives!r}"
         )
-
-
-def masked(values: Tensor, kept: Tensor, fn) -> Tensor:
-    """``fn(values)`` where ``kept``, 0 elsewhere; excluded entries reach ``fn`` as 0, so no inf or nan
-    enters its value or its gradient."""
-    return torch.where(kept, fn(torch.where(kept, values, torch.zeros_like(values))), torch.zeros_like(values))
 
 
 def softplus(x: Tensor) -> Tensor:
@@ -175,7 +177,7 @@ class NCE(CriticLoss):
 
     LOSS_NAME = "nce"
 
-    def objective(self, pos: Tensor, neg: Tensor, kept: Tensor, n_neg: int) -> Tensor:
-        log_nu = math.log(n_neg)
-        noise = masked(neg - log_nu, kept, softplus).sum(1)
-        return (softplus(log_nu - pos) + noise).mean()
+    def objective(self, pos: Tensor, pairs: Pairs, scale: float, offset: Tensor) -> Tensor:
+        log_nu = math.log(pairs.n_neg)
+        noise = pairs.total(lambda sim, _, c: softplus(scale * sim + c - log_nu), offset)
+        return softplus(log_nu - pos).mean() + noise / pairs.rows

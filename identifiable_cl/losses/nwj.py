@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from identifiable_cl.losses.base import bound_candidates
-from identifiable_cl.losses.nce import CriticLoss, masked
+from identifiable_cl.losses.base import Pairs, bound_candidates
+from identifiable_cl.losses.nce import CriticLoss
 from identifiable_cl.losses import LOSSES
 
 
@@ -48,9 +48,9 @@ class NWJ(CriticLoss):
 
     LOSS_NAME = "nwj"
 
-    def objective(self, pos: Tensor, neg: Tensor, kept: Tensor, n_neg: int) -> Tensor:
-        negative = masked(neg - 1.0, kept, torch.exp).sum() / (neg.shape[0] * n_neg)
-        return negative - pos.mean()
+    def objective(self, pos: Tensor, pairs: Pairs, scale: float, offset: Tensor) -> Tensor:
+        negative = pairs.total(lambda sim, _, c: torch.exp(scale * sim + c - 1.0), offset)
+        return negative / (pairs.rows * pairs.n_neg) - pos.mean()
 
     def mi_bound(self, value: float, batch: int, separate: int | None) -> tuple[int, float] | None:
         """(K, -value): -L is the NWJ bound itself; K as InfoNCE's bound counts the candidates per anchor

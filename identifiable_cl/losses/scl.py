@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from dgp import checks
-from identifiable_cl.losses.base import NEGATIVE_SETS, ContrastiveLoss, assemble, check_dim, prepared_inputs
+from identifiable_cl.losses.base import NEGATIVE_SETS, ContrastiveLoss, Pairs, check_dim, prepared_inputs
 from identifiable_cl.losses import LOSSES
 
 
@@ -55,17 +54,14 @@ class SpectralContrastive(ContrastiveLoss):
     def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None) -> Tensor:
         """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
         h, h_pos, h_neg = prepared_inputs(h, h_pos, h_neg, self.dim, self.requires_negatives)
-        terms = assemble(self.negatives, h, h_pos, h_neg, "dot", 1.0, self.config_key)
-        if terms.n_neg < 1:
+        pairs = Pairs(self.negatives, h, h_pos, h_neg, "dot", self.config_key)
+        if pairs.n_neg < 1:
             raise ValueError(
                 f"{self.config_key}.negatives={self.negatives!r}: the spectral contrastive loss needs "
                 "at least one negative per anchor; got none (h_neg holds 0 negatives)"
             )
-        excluded = torch.isneginf(terms.neg)
-        # excluded pairs set to 0 before squaring: they add nothing and get a zero gradient
-        squares = torch.where(excluded, torch.zeros_like(terms.neg), terms.neg).square()
-        n_pairs = terms.neg.shape[0] * terms.n_neg
-        return -2 * terms.pos.mean() + squares.sum() / n_pairs
+        squares = pairs.total(lambda sim, _: sim.square())
+        return -2 * pairs.pos.mean() + squares / (pairs.rows * pairs.n_neg)
 
     def extra_repr(self) -> str:
         return f"negatives={self.negatives!r}"

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from dgp import checks
-from identifiable_cl.losses.base import NEGATIVE_SETS, ContrastiveLoss, assemble, check_dim, normalise, prepared_inputs
+from identifiable_cl.losses.base import NEGATIVE_SETS, ContrastiveLoss, Pairs, check_dim, normalise, prepared_inputs
 from identifiable_cl.losses import LOSSES
 
 MINING = ("all", "hardest", "semihard")
@@ -46,7 +46,8 @@ class Triplet(ContrastiveLoss):
     negative at d² = 0: its triplet costs d²(a, a+) + m (a pull on the positive only), it is
     always the hardest negative, so ``hardest`` reduces to d²(a, a+) + m, and it is never
     semi-hard (0 > d²(a, a+) cannot hold). ``independent`` needs at least one DGP negative
-    per anchor. The distances come from the dense matrices of :func:`assemble`.
+    per anchor. The distances are summed or searched block by block (:class:`identifiable_cl.losses.base.Pairs`):
+    the (R, K) matrix of distances is never held.
     """
 
     OPTION_DOCS = {
@@ -80,28 +81,19 @@ class Triplet(ContrastiveLoss):
         if self.normalize:
             h, h_pos, h_neg = normalise(h, h_pos, h_neg)
         # the l2 similarity is -||a - b||²: pos = -d²(a, a+), neg = -d²(a, c), -inf where excluded
-        terms = assemble(self.negatives, h, h_pos, h_neg, "l2", 1.0, self.config_key)
-        if terms.n_neg < 1:
+        pairs = Pairs(self.negatives, h, h_pos, h_neg, "l2", self.config_key)
+        if pairs.n_neg < 1:
             raise ValueError(
                 f"{self.config_key}.negatives={self.negatives!r}: the triplet loss needs at least one "
                 "negative per anchor; got none (h_neg holds 0 negatives)"
             )
-        pos, neg = terms.pos, terms.neg
-        excluded = torch.isneginf(neg)
         if self.mining == "all":
-            # d²(a, a+) - d²(a, c) + m = neg - pos + m; excluded entries set to 0 before the hinge
-            gap = torch.where(excluded, torch.zeros_like(neg), neg - pos.unsqueeze(1) + self.margin)
-            hinge = torch.where(excluded, torch.zeros_like(gap), torch.clamp(gap, min=0))
-            return (hinge.sum(1) / terms.n_neg).mean()
-        with torch.no_grad():
-            # smallest d² = largest similarity; -inf entries are never the largest (n_neg >= 1)
-            chosen = neg.argmax(1)
-            if self.mining == "semihard":
-                farther = ~excluded & (neg < pos.unsqueeze(1))
-                semihard = neg.masked_fill(~farther, float("-inf")).argmax(1)
-                chosen = torch.where(farther.any(1), semihard, chosen)
-        picked = neg.gather(1, chosen.unsqueeze(1)).squeeze(1)
-        return torch.clamp(picked - pos + self.margin, min=0).mean()
+            # d²(a, a+) - d²(a, c) + m = sim(a, c) - sim(a, a+) + m
+            hinges = pairs.total(lambda sim, pos: torch.clamp(sim - pos + self.margin, min=0))
+            return hinges / (pairs.rows * pairs.n_neg)
+        # the smallest d² is the largest similarity
+        picked = pairs.nearest(semihard=self.mining == "semihard")
+        return torch.clamp(picked - pairs.pos + self.margin, min=0).mean()
 
     def extra_repr(self) -> str:
         return (

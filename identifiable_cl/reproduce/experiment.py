@@ -625,4 +625,10 @@ def check_experiment(experiment: Experiment, scales: tuple[str, ...] | None = No
             experiment.config(run.label, scale)
             parse_sweep(experiment.sweep(run.label, scale, 1), f"{experiment.name}/{run.label} ({scale})")
             if run.tune:
-                parse_sweep(experiment.tuning_sweep(run.label, scale), f"{experiment.name}/{run.label} tuning ({scale})")
+                sweep = experiment.tuning_sweep(run.label, scale)
+                parse_sweep(sweep, f"{experiment.name}/{run.label} tuning ({scale})")
+                try:
+                    load_config(None, {k: p["value"] for k, p in sweep["parameters"].items() if "value" in p})
+                except ValueError as exc:
+                    raise ValueError(f"experiment {experiment.name}, tuning of run {run.label}, scale {scale} (the "
+                                     f"run's keys with tuning.overrides): {exc}") from exc

@@ -104,11 +104,7 @@ class CriticLoss(ContrastiveLoss):
         """Critic values f = sim / tau + c of the positives ``(R,)`` and negatives ``(R, K)`` (-inf = excluded)."""
         h, h_pos, h_neg, kind = self._prepare(h, h_pos, h_neg)
         logits = assemble(self.negatives, h, h_pos, h_neg, kind, 1.0, self.config_key)
-        if logits.n_neg < 1:
-            raise ValueError(
-                f"{self.config_key}.name={self.LOSS_NAME!r} needs at least one negative per anchor; "
-                "got none (h_neg holds 0 negatives)"
-            )
+        self._check_count(logits.n_neg)
         scale = 1.0 / self.tau
         c = self.offset.to(logits.pos.dtype)
         return Terms(scale * logits.pos + c, scale * logits.neg + c, logits.n_neg)
@@ -117,14 +113,17 @@ class CriticLoss(ContrastiveLoss):
         """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
         h, h_pos, h_neg, kind = self._prepare(h, h_pos, h_neg)
         pairs = Pairs(self.negatives, h, h_pos, h_neg, kind, self.config_key)
-        if pairs.n_neg < 1:
+        self._check_count(pairs.n_neg)
+        scale = 1.0 / self.tau
+        offset = self.offset.to(pairs.pos.dtype)
+        return self.objective(scale * pairs.pos + offset, pairs, scale, offset)
+
+    def _check_count(self, n_neg: int) -> None:
+        if n_neg < 1:
             raise ValueError(
                 f"{self.config_key}.name={self.LOSS_NAME!r} needs at least one negative per anchor; "
                 "got none (h_neg holds 0 negatives)"
             )
-        scale = 1.0 / self.tau
-        offset = self.offset.to(pairs.pos.dtype)
-        return self.objective(scale * pairs.pos + offset, pairs, scale, offset)
 
     def objective(self, pos: Tensor, pairs: Pairs, scale: float, offset: Tensor) -> Tensor:
         """The scalar loss from the critic's values on the positives ``pos (R,)`` and the negative ``pairs``, on
@@ -176,6 +175,13 @@ class NCE(CriticLoss):
     """
 
     LOSS_NAME = "nce"
+
+    def _check_count(self, n_neg: int) -> None:
+        if n_neg < 1:
+            raise ValueError(
+                f"{self.config_key}.name={self.LOSS_NAME!r} needs at least one negative per anchor; "
+                "got none (h_neg holds 0 negatives)"
+            )
 
     def objective(self, pos: Tensor, pairs: Pairs, scale: float, offset: Tensor) -> Tensor:
         log_nu = math.log(pairs.n_neg)

@@ -245,6 +245,28 @@ def test_report_figures_draw_the_random_rotation_reference(tmp_path):
     assert not [ln for ln in pearson.lines if "random rotation" in ln.get_label()]
 
 
+def test_bars_show_each_runs_mean_and_std_with_the_chance_line():
+    from identifiable_cl.reproduce.report import _bars_figure
+
+    results = {}
+    for label, scores in (("a", (0.9, 0.7)), ("b", (0.4, 0.4))):
+        runs = [Run(Path(label), {}, (), {"mcc_block_aware": x, "mcc_block_aware_random_rotation": 0.8}) for x in scores]
+        results[label] = RunResults(label, runs)
+    fig = _bars_figure({"runs": ["a", "b"], "metrics": ["mcc_block_aware"]}, results)
+    (ax,) = fig.axes
+    heights = [bar.get_height() for bar in ax.patches]
+    assert heights == pytest.approx([0.8, 0.4])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"]
+    (chance,) = [ln for ln in ax.lines if ln.get_label() == "random rotation"]
+    assert list(chance.get_ydata()) == [0.8, 0.8]
+    runs = [{"label": "a", "description": "a", "overrides": {"loss.tau": 0.3}},
+            {"label": "b", "description": "b", "overrides": {"loss.tau": 0.5}}]
+    bars = {"name": "f", "kind": "bars", "runs": ["a", "b"], "metrics": ["r2_linear"]}
+    assert _experiment(runs=runs, figures=[bars]).figures[0]["kind"] == "bars"
+    with pytest.raises(ValueError, match="runs"):
+        _experiment(runs=runs, figures=[{**bars, "runs": ["zz"]}])
+
+
 def _tiny_experiment(folder: Path) -> Path:
     """The R24 experiment cut to its two bimodal runs (and the claims and figure about them)."""
     raw = yaml.safe_load((EXPERIMENTS_DIR / "rusak2024" / "experiment.yaml").read_text())

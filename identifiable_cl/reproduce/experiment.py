@@ -108,7 +108,7 @@ TINY: dict[str, Any] = {
     "eval.final_n_test": 256,
     "eval.nonlinear": False,
 }
-FIGURE_KINDS = ("curves", "against")
+FIGURE_KINDS = ("curves", "against", "bars")
 POPULATION_TAUS = ("run", "optimal")
 POPULATION_DISTORTIONS = ("stretch", "warp")
 POPULATION_DEFAULTS: dict[str, Any] = {
@@ -464,7 +464,7 @@ def _figure(where: str, raw: Any, labels: set[str]) -> dict[str, Any]:
     metrics = raw.get("metrics")
     if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
         raise ValueError(f"{where}.metrics: a non-empty list of summary keys")
-    if raw["kind"] == "curves":
+    if raw["kind"] in ("curves", "bars"):
         runs = raw.get("runs")
         if not isinstance(runs, list) or not runs or any(r not in labels for r in runs):
             raise ValueError(f"{where}.runs={runs!r}: a non-empty list of run labels of this experiment")

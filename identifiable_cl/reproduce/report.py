@@ -10,10 +10,12 @@ Figures listed in ``experiment.yaml`` (``figures:``), each a PNG in ``OUT/figure
   ``metrics: [keys]``, optional ``vline: number`` and ``xlabel``: one panel per metric,
   each series' final summary metric (mean ± std over seeds) against the value of its
   config key ``x`` in each run, e.g. recovery against the hard-negative β.
+- ``kind: bars`` — ``runs: [labels]``, ``metrics: [keys]``: one panel per metric, one bar per
+  run (its final summary metric, mean ± std over seeds), e.g. recovery by loss on one process.
 
 A metric with a chance reference (``plots.REFERENCES``: block-aware MCC, whose reference is
 the score of a random rotation of z on the same held-out latents) has it beside it in the
-results table and as a black dashed line labelled "random rotation" in both kinds of figure.
+results table and as a black dashed line labelled "random rotation" in every kind of figure.
 
 An experiment with a ``population`` entry gets a "Population check (no training)" section
 (:func:`identifiable_cl.reproduce.population.section`) after the results table.
@@ -21,6 +23,7 @@ An experiment with a ``population`` entry gets a "Population check (no training)
 
 from __future__ import annotations
 
+import math
 import platform
 import statistics
 from dataclasses import dataclass, field
@@ -260,6 +263,35 @@ def _against_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults], 
     return fig
 
 
+def _bars_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults]):
+    from matplotlib.figure import Figure
+
+    runs, metrics = spec["runs"], spec["metrics"]
+    fig = Figure(figsize=(max(4.5, 0.45 * len(runs) + 1.5) * len(metrics), 4.6), layout="constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, metric in zip(axes, metrics):
+        means = [results[label].mean(metric) for label in runs]
+        stds = [results[label].std(metric) or 0.0 for label in runs]
+        xs = range(len(runs))
+        ax.bar(xs, [math.nan if m is None else m for m in means], yerr=stds, capsize=3, color="tab:blue")
+        ax.set_xticks(list(xs), runs, rotation=60, ha="right", fontsize=8)
+        chances = [c for label in runs if (c := results[label].chance(metric)) is not None]
+        if chances:
+            ax.axhline(statistics.fmean(chances), color="black", ls="--", lw=1.0, label=REFERENCE_LABEL)
+            ax.legend(fontsize=8)
+        ax.set(title=metric)
+    axes[0].set_ylabel(spec.get("ylabel", "held-out score"))
+    if spec.get("title"):
+        fig.suptitle(spec["title"])
+    return fig
+
+
+FIGURES = {"curves": lambda spec, results, experiment, scale: _curves_figure(spec, results),
+           "against": _against_figure,
+           "bars": lambda spec, results, experiment, scale: _bars_figure(spec, results)}
+"""How each kind of figure is drawn."""
+
+
 def draw(experiment: Experiment, scale: str, results: Mapping[str, RunResults], out: Path) -> dict[str, Path]:
     """Draw every figure of the experiment into ``out/figures``; ``{}`` without matplotlib."""
     try:
@@ -268,8 +300,7 @@ def draw(experiment: Experiment, scale: str, results: Mapping[str, RunResults], 
         return {}
     paths = {}
     for spec in experiment.figures:
-        curves = spec["kind"] == "curves"
-        fig = _curves_figure(spec, results) if curves else _against_figure(spec, results, experiment, scale)
+        fig = FIGURES[spec["kind"]](spec, results, experiment, scale)
         path = Path(out) / "figures" / f"{spec['name']}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)

@@ -81,6 +81,12 @@ def test_an_empty_queue_is_the_one_sided_loss_and_none_is_empty():
     assert queued(h, keys, h.new_zeros(0, 3)).item() == one_sided(h, keys).item()
 
 
+def test_a_batch_of_one_is_refused_with_the_key():
+    h, keys, queued = views(1, 4, seed=2)
+    with pytest.raises(ValueError, match=r"loss\.negatives='queue' draws negatives from the batch and needs at least 2"):
+        InfoNCE(dim=3, negatives="queue", queue={})(h, keys, queued)
+
+
 def test_gradcheck_with_a_learnt_temperature():
     loss = InfoNCE(dim=3, similarity="l2", tau=0.7, learn_tau=True, negatives="queue", queue={}).double()
     inputs = [x.requires_grad_() for x in views(4, 3, seed=7)]

@@ -323,6 +323,15 @@ KNOWN_SMOKE_FAILURES = {
         "DGP-side: below κ (β = κ/2) the latents are still recovered",
         "loss-side: past κ (latent tilt 2κ) recovery degrades clearly against tilt κ/2",
     },
+    "contrastive_losses": {
+        "sphere: InfoNCE with the matched cosine critic recovers the latents (Z21)",
+        "sphere: NCE identifies like InfoNCE (Matthes et al. 2023)",
+        "sphere: NWJ identifies like InfoNCE (Matthes et al. 2023)",
+        "sphere: SCL identifies like InfoNCE (Matthes et al. 2023)",
+        "box: InfoNCE with the matched L1 critic identifies up to permutation and sign (Z21)",
+        "box: NCE with the L1 critic identifies like InfoNCE (Matthes et al. 2023)",
+        "box: NWJ with the L1 critic identifies like InfoNCE (Matthes et al. 2023)",
+    },
 }
 """Claims measured not to hold at smoke scale (on the mean over seeds 0–2), each explained in that
 experiment's RESULTS.md."""

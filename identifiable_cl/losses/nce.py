@@ -176,13 +176,6 @@ class NCE(CriticLoss):
 
     LOSS_NAME = "nce"
 
-    def _check_count(self, n_neg: int) -> None:
-        if n_neg < 1:
-            raise ValueError(
-                f"{self.config_key}.name={self.LOSS_NAME!r} needs at least one negative per anchor; "
-                "got none (h_neg holds 0 negatives)"
-            )
-
     def objective(self, pos: Tensor, pairs: Pairs, scale: float, offset: Tensor) -> Tensor:
         log_nu = math.log(pairs.n_neg)
         noise = pairs.total(lambda sim, _, c: softplus(scale * sim + c - log_nu), offset)

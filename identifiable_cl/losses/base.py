@@ -315,6 +315,13 @@ class Pairs:
     def rows(self) -> int:
         return self.pos.shape[0]
 
+    def require(self, key: str, negatives: str, loss: str) -> None:
+        """Every row has a negative: otherwise a ValueError naming ``key.negatives`` and ``loss`` (e.g. "the margin
+        loss")."""
+        if self.n_neg < 1:
+            raise ValueError(f"{key}.negatives={negatives!r}: {loss} needs at least one negative per anchor; got none "
+                             "(h_neg holds 0 negatives)")
+
     def total(self, phi: Phi, *params: Tensor) -> Tensor:
         """Σ over rows r and their negatives j of ``phi(sim_rj, pos_r (·, 1), *params)`` (a scalar); excluded pairs
         reach ``phi`` as 0 and add nothing."""

@@ -66,11 +66,7 @@ class MarginContrastive(ContrastiveLoss):
         h, h_pos, h_neg = prepared_inputs(h, h_pos, h_neg, self.dim, self.requires_negatives)
         # the l2 similarity is -||a - b||², so the terms hold minus the squared distances
         pairs = Pairs(self.negatives, h, h_pos, h_neg, "l2", self.config_key)
-        if pairs.n_neg < 1:
-            raise ValueError(
-                f"{self.config_key}.negatives={self.negatives!r}: the margin loss needs at least one "
-                "negative per anchor; got none (h_neg holds 0 negatives)"
-            )
+        pairs.require(self.config_key, self.negatives, "the margin loss")
         hinges = pairs.total(lambda sim, _: torch.clamp(self.margin - safe_sqrt(-sim), min=0).square())
         return -pairs.pos.mean() + hinges / (pairs.rows * pairs.n_neg)
 

@@ -55,11 +55,7 @@ class SpectralContrastive(ContrastiveLoss):
         """Scalar loss for h, h_pos (B, d) and h_neg None | (M, d) | (B, K, d)."""
         h, h_pos, h_neg = prepared_inputs(h, h_pos, h_neg, self.dim, self.requires_negatives)
         pairs = Pairs(self.negatives, h, h_pos, h_neg, "dot", self.config_key)
-        if pairs.n_neg < 1:
-            raise ValueError(
-                f"{self.config_key}.negatives={self.negatives!r}: the spectral contrastive loss needs "
-                "at least one negative per anchor; got none (h_neg holds 0 negatives)"
-            )
+        pairs.require(self.config_key, self.negatives, "the spectral contrastive loss")
         squares = pairs.total(lambda sim, _: sim.square())
         return -2 * pairs.pos.mean() + squares / (pairs.rows * pairs.n_neg)
 

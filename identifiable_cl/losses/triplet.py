@@ -80,13 +80,9 @@ class Triplet(ContrastiveLoss):
         h, h_pos, h_neg = prepared_inputs(h, h_pos, h_neg, self.dim, self.requires_negatives)
         if self.normalize:
             h, h_pos, h_neg = normalise(h, h_pos, h_neg)
-        # the l2 similarity is -||a - b||²: pos = -d²(a, a+), neg = -d²(a, c), -inf where excluded
+        # the l2 similarity is -||a - b||²: pos = -d²(a, a+), a negative's similarity -d²(a, c)
         pairs = Pairs(self.negatives, h, h_pos, h_neg, "l2", self.config_key)
-        if pairs.n_neg < 1:
-            raise ValueError(
-                f"{self.config_key}.negatives={self.negatives!r}: the triplet loss needs at least one "
-                "negative per anchor; got none (h_neg holds 0 negatives)"
-            )
+        pairs.require(self.config_key, self.negatives, "the triplet loss")
         if self.mining == "all":
             # d²(a, a+) - d²(a, c) + m = sim(a, c) - sim(a, a+) + m
             hinges = pairs.total(lambda sim, pos: torch.clamp(sim - pos + self.margin, min=0))

@@ -9,6 +9,9 @@ explicit generator::
     process = build_process({"space": "sphere", "conditional": {"name": "vmf", "kappa": 5.0}}, seed=0)
     batch = process.sample(6144, process.make_generator(1))
     batch.x, batch.x_pos   # (6144, 10) observations g(z), g(z+)
+
+A process with views (``views: {name: subsets, ...}``, :mod:`dgp.views`) observes the anchor and each
+positive through the mixing of its view: ``batch.views`` holds every view's observations.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from dgp.marginals import MARGINALS
 from dgp.mixing import MIXINGS
 from dgp.negatives import NEGATIVES
 from dgp.spaces import SPACES
+from dgp.views import SINGLE, VIEWS
 from dgp.seeding import generator as stream_generator
 
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -46,7 +50,12 @@ DEFAULT_CONFIG: dict[str, Any] = {
 
 It is also the default of a run (``identifiable_cl.config.DEFAULTS``)."""
 
-COMPONENTS = ("space", "marginal", "conditional", "negatives", "mixing")
+OPTIONAL: dict[str, Any] = {"views": SINGLE}
+"""Components a config may set that :data:`DEFAULT_CONFIG` leaves out: a resolved config holds one only
+when it differs from this default, so the configs (and fingerprints) of the processes without it stay as
+they were."""
+
+COMPONENTS = ("space", "marginal", "conditional", "negatives", "mixing", "views")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -55,6 +64,11 @@ class Batch:
     """One training batch. Latents ``z``, ``z_pos``: ``(B, n)``; observations ``x = g(z)``, ``x_pos = g(z_pos)``.
 
     ``z_neg``/``x_neg`` are None, ``(M, n)`` shared by all anchors, or ``(B, K, n)`` per anchor.
+
+    With V >= 2 views, ``views`` holds each view's observations ``(B, D_v)`` (``x`` and ``x_pos`` are views 1
+    and 2, ``z_pos`` view 2's latent) and ``views_neg`` each view's observations of the negatives (view v of a
+    negative z⁻ sees a positive of its own drawn from p(· | z⁻) when v >= 2), in ``z_neg``'s leading shape;
+    both are None with one view.
     """
 
     z: Tensor
@@ -63,6 +77,8 @@ class Batch:
     x: Tensor
     x_pos: Tensor
     x_neg: Tensor | None
+    views: tuple[Tensor, ...] | None = None
+    views_neg: tuple[Tensor, ...] | None = None
 
 
 def resolve_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -74,12 +90,14 @@ def resolve_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
         checks.fail("dgp", config, "a mapping of process keys (dim, dtype, space, marginal, ...)")
     resolved = copy.deepcopy(DEFAULT_CONFIG)
     for key, value in dict(config or {}).items():
-        if key not in DEFAULT_CONFIG:
-            checks.fail(f"dgp.{key}", value, f"unknown key; allowed: {', '.join(DEFAULT_CONFIG)}")
+        if key not in DEFAULT_CONFIG and key not in OPTIONAL:
+            checks.fail(f"dgp.{key}", value, f"unknown key; allowed: {', '.join([*DEFAULT_CONFIG, *OPTIONAL])}")
         if key in COMPONENTS:
             if not isinstance(value, (str, Mapping)) or (isinstance(value, Mapping) and "name" not in value):
                 checks.fail(f"dgp.{key}", value, "a component name, or a mapping with a 'name' entry")
             value = {"name": value} if isinstance(value, str) else dict(value)
+        if key in OPTIONAL and value == OPTIONAL[key]:
+            continue
         resolved[key] = value
     return resolved
 
@@ -118,8 +136,15 @@ class Process(nn.Module):
         self.conditional = CONDITIONALS.build(cfg["conditional"], self.space, rng("conditional"), key="dgp.conditional")
         self.negatives = NEGATIVES.build(cfg["negatives"], self.space, rng("negatives"), key="dgp.negatives")
         self.negatives.check_marginal(self.marginal)
-        self.mixing = MIXINGS.build(cfg["mixing"], dim, rng("mixing"), key="dgp.mixing")
         self._check_blocks()
+        self.views = VIEWS.build(cfg.get("views", SINGLE), self.blocks, dim, key="dgp.views")
+        sizes = [len(dims) for dims in self.views.dims]
+        self.mixing = MIXINGS.build(cfg["mixing"], sizes[0], rng("mixing"), key="dgp.mixing")
+        self.view_mixings = nn.ModuleList(
+            self.mixing if self.views.shared_mixing
+            else MIXINGS.build(cfg["mixing"], size, rng(f"mixing.view{v + 1}"), key="dgp.mixing")
+            for v, size in enumerate(sizes) if v > 0
+        )
         self.register_buffer("_anchor", torch.zeros((), dtype=dtype), persistent=False)
         self.to(dtype)
 
@@ -147,6 +172,16 @@ class Process(nn.Module):
     def dtype(self) -> torch.dtype:
         return self._anchor.dtype
 
+    @property
+    def view_count(self) -> int:
+        """The number V of views (1 without a views component)."""
+        return len(self.views.dims)
+
+    @property
+    def observed_dims(self) -> list[int]:
+        """Each view's observation dimension D_v (``[dim]`` with one view)."""
+        return [len(dims) for dims in self.views.dims]
+
     def make_generator(self, seed: int) -> torch.Generator:
         """A generator on the process's device, for :meth:`sample`."""
         return torch.Generator(device=self.device).manual_seed(int(seed))
@@ -157,8 +192,16 @@ class Process(nn.Module):
         return self.marginal.sample(n, generator)
 
     def mix(self, z: Tensor) -> Tensor:
-        """Observations x = g(z) for latents of shape ``(..., dim)``."""
-        return self.mixing(z.reshape(-1, self.dim)).reshape(z.shape)
+        """Observations x = g(z) for latents of shape ``(..., dim)``; with views, view 1's (:meth:`mix_view`)."""
+        return self.mix_view(0, z)
+
+    def mix_view(self, view: int, z: Tensor) -> Tensor:
+        """View ``view``'s (0-based) observations f_v(z[S_v]) of latents ``(..., dim)``: shape ``(..., D_v)``."""
+        mixing = self.mixing if view == 0 else self.view_mixings[view - 1]
+        flat = z.reshape(-1, self.dim)
+        if self.view_count > 1:
+            flat = flat[:, self.views.dims[view]]
+        return mixing(flat).reshape(*z.shape[:-1], -1)
 
     def _check_draw(self, n: Any, generator: Any, key: str) -> int:
         n = checks.integer(key, n, minimum=1)
@@ -171,6 +214,8 @@ class Process(nn.Module):
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
         """A fresh batch: anchors, positives, negatives, and all of them mixed in one pass."""
         batch_size = self._check_draw(batch_size, generator, "batch_size")
+        if self.view_count > 1:
+            return self._sample_views(batch_size, generator)
         z = self.marginal.sample(batch_size, generator)
         z_pos = self.conditional.sample(z, generator)
         z_neg = self.negatives.sample(z, self.marginal, generator)
@@ -179,6 +224,20 @@ class Process(nn.Module):
         x, x_pos = x_all[:batch_size], x_all[batch_size : 2 * batch_size]
         x_neg = x_all[2 * batch_size :].reshape(z_neg.shape) if z_neg is not None else None
         return Batch(z, z_pos, z_neg, x, x_pos, x_neg)
+
+    def _sample_views(self, batch_size: int, generator: torch.Generator) -> Batch:
+        """:meth:`sample` with V >= 2 views: anchors z, one positive per view v >= 2, the negatives and their
+        positives, each seen through its view's mixing."""
+        z = self.marginal.sample(batch_size, generator)
+        latents = [z] + [self.conditional.sample(z, generator) for _ in range(self.view_count - 1)]
+        views = tuple(self.mix_view(v, latent) for v, latent in enumerate(latents))
+        z_neg = self.negatives.sample(z, self.marginal, generator)
+        views_neg = None
+        if z_neg is not None:
+            flat = z_neg.reshape(-1, self.dim)
+            seen = [flat] + [self.conditional.sample(flat, generator) for _ in range(self.view_count - 1)]
+            views_neg = tuple(self.mix_view(v, latent).reshape(*z_neg.shape[:-1], -1) for v, latent in enumerate(seen))
+        return Batch(z, latents[1], z_neg, views[0], views[1], views_neg[0] if views_neg else None, views, views_neg)
 
     def mutual_information(self, **options: Any) -> Information:
         """I(z; z+) in nats, from the conditional given the marginal (:meth:`dgp.base.Conditional.mutual_information`).
@@ -234,7 +293,7 @@ class Process(nn.Module):
         return (
             f"Latents on {self.space.describe()}, drawn from {self.marginal.describe()}; "
             f"positives: {self.conditional.describe()}; negatives: {self.negatives.describe()}; "
-            f"observed through {self.mixing.describe()}."
+            f"observed through {self.mixing.describe()}" + ("." if self.view_count == 1 else f"; {self.views.describe()}.")
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Sequence
 
 from identifiable_cl.config import flat_keys, read_yaml_mapping
 from identifiable_cl.evaluation.catalog import labels
+from identifiable_cl.plots import view_metrics
 from identifiable_cl.rundir import CONFIG, DGP, STOPPED, SUMMARY, is_run_dir, read_json
 from identifiable_cl.sweeps.local import LOG, RUN, STATUS, RunFolder, lost, read_status, stopped_by_signal
 
@@ -198,8 +199,13 @@ def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> list[Group]:
 
 
 def default_metrics(runs: Sequence[Run]) -> list[str]:
+    """The catalog's headline metrics present in some run's summary, then (runs with views) the block table
+    of each such run (:func:`identifiable_cl.plots.view_metrics`)."""
     present = {k for r in runs if r.summary for k in r.summary}
-    return [m for m in DEFAULT_METRICS if m in present]
+    metrics = [m for m in DEFAULT_METRICS if m in present]
+    for run in runs:
+        metrics += [k for k in view_metrics(run.summary or {}) if k not in metrics]
+    return metrics
 
 
 def mean_std(mean: float | None, std: float | None, missing: str = "—", pm: str = "±") -> str:

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 import dgp
-from dgp.checks import canonical, fail
+from dgp.checks import boolean, canonical, fail
 from dgp.seeding import stream_seed
 from identifiable_cl import linear, rundir
 from identifiable_cl.config import (
@@ -38,7 +38,7 @@ from identifiable_cl.config import (
     resolve_config_path,
     validate,
 )
-from identifiable_cl.encoders import ENCODERS
+from identifiable_cl.encoders import ENCODERS, ViewEncoders, view_encoder
 from identifiable_cl.losses import LOSSES
 from identifiable_cl.losses.queue import KeyQueue
 from identifiable_cl.migration import migrate, schema_version
@@ -103,11 +103,21 @@ class Components:
 
 
 def models(config: Mapping[str, Any], process: dgp.Process) -> tuple[nn.Module, nn.Module]:
-    """Encoder ``(N, n) -> (N, d)`` and loss on ``d``, initialised from the run's ``model`` and ``loss``
-    streams (torch's default generator is seeded from each in turn, and restored afterwards)."""
+    """Encoder ``(N, D) -> (N, d)`` and loss on ``d``, initialised from the run's ``model`` and ``loss``
+    streams (torch's default generator is seeded from each in turn, and restored afterwards). With views
+    and ``encoder.shared: false``, one encoder per view (:class:`identifiable_cl.encoders.ViewEncoders`),
+    initialised in view order from the ``model`` stream."""
+    options = {k: v for k, v in config["encoder"].items() if k != "shared"}
+    shared = boolean("encoder.shared", config["encoder"].get("shared", True))
+    sizes = process.observed_dims
+    if shared and len(set(sizes)) > 1:
+        fail("encoder.shared", True, f"one encoder for every view needs views of one size; these observe "
+             f"{', '.join(map(str, sizes))} dimensions: set encoder.shared to false")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(stream_seed(config["seed"], "model"))
-        encoder = ENCODERS.build(config["encoder"], key="encoder", input_dim=process.dim, latent_dim=process.dim)
+        encoders = [ENCODERS.build(options, key="encoder", input_dim=size, latent_dim=process.dim)
+                    for size in (sizes[:1] if shared else sizes)]
+        encoder = encoders[0] if len(encoders) == 1 else ViewEncoders(encoders)
         torch.manual_seed(stream_seed(config["seed"], "loss"))
         loss = LOSSES.build(config["loss"], key="loss", dim=encoder.output_dim)
     return encoder, loss
@@ -128,6 +138,13 @@ def check_fit(config: Mapping[str, Any], encoder: nn.Module, loss: nn.Module) ->
     if uses_negatives and negatives == "none":
         fail("dgp.negatives.name", "none", f"loss {name!r} uses the DGP's separate negatives: set dgp.negatives.name "
              f"to one of {', '.join(n for n in dgp.NEGATIVES.names() if n != 'none')}")
+
+
+def check_views(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module) -> None:
+    """The rules of a process with views: MoCo's queue holds keys of one view's momentum encoder and is refused."""
+    if process.view_count > 1 and getattr(loss, "queue", None):
+        fail("loss.negatives", "queue", f"a process with {process.view_count} views (dgp.views) pairs every view with "
+             "every other, and MoCo's queue keeps the keys of one: use negatives batch or independent")
 
 
 def next_batch(c: Components) -> dgp.Batch:
@@ -168,6 +185,43 @@ def encodings(c: Components, batch: dgp.Batch) -> tuple[Tensor, Tensor, Tensor |
     return h.to(dtype), keys.to(dtype), c.queue.negatives()
 
 
+def view_encodings(encoder: nn.Module, batch: dgp.Batch) -> tuple[list[Tensor], list[Tensor | None]]:
+    """Each view's encodings ``(B, d)`` and those of its negatives (in ``x_neg``'s leading shape, or None), one
+    pass of the view's encoder (:func:`identifiable_cl.encoders.view_encoder`) per view."""
+    size = batch.x.shape[0]
+    hs, negs = [], []
+    for v, x in enumerate(batch.views):
+        neg = batch.views_neg[v] if batch.views_neg is not None else None
+        rows = x if neg is None else torch.cat([x, neg.reshape(-1, neg.shape[-1])])
+        h_all = view_encoder(encoder, v)(rows)
+        hs.append(h_all[:size])
+        negs.append(None if neg is None else h_all[size:].reshape(*neg.shape[:-1], -1))
+    return hs, negs
+
+
+def pair_loss(loss: nn.Module, hs: Sequence[Tensor], negs: Sequence[Tensor | None]) -> Tensor:
+    """The loss over every ordered pair of views (i, j), i ≠ j, averaged: mean of ``loss(h_i, h_j, h⁻_i)``,
+    view i's encodings as anchors, view j's as positives and view i's negatives (None: the loss takes them from
+    the batch). For two views ½[L(h_1, h_2, h⁻_1) + L(h_2, h_1, h⁻_2)], the symmetrised loss of Daunhawer et
+    al. 2023 (``main_mlp.py``'s ``train_step``)."""
+    terms = [loss(hs[i], hs[j], negs[i]) for i in range(len(hs)) for j in range(len(hs)) if i != j]
+    return torch.stack(terms).mean()
+
+
+def objective(c: Components, batch: dgp.Batch) -> tuple[Tensor, Tensor]:
+    """The loss on ``batch`` and the positives' encodings h_pos (the keys MoCo's queue takes after the step):
+    ``loss(h, h_pos, h_neg)`` of :func:`encodings`, or with views the :func:`pair_loss` of every pair of views
+    (h_pos: view 2's encodings)."""
+    if batch.views is None:
+        h, h_pos, h_neg = encodings(c, batch)
+        return c.loss(h, h_pos, h_neg), h_pos
+    dtype = c.process.dtype
+    with precision(c):
+        hs, negs = view_encodings(c.encoder, batch)
+    hs, negs = [h.to(dtype) for h in hs], [None if n is None else n.to(dtype) for n in negs]
+    return pair_loss(c.loss, hs, negs), hs[1]
+
+
 def after_step(c: Components, keys: Tensor) -> None:
     """After the optimizer's step: with MoCo's queue, the momentum encoder follows the encoder and the step's
     ``keys`` (its h_pos) join the queue."""
@@ -201,11 +255,15 @@ def check(config: Mapping[str, Any]) -> None:
     encoder, loss = models(config, process)
     encoder, loss = encoder.to(process.dtype), loss.to(process.dtype)
     check_fit(config, encoder, loss)
+    check_views(config, process, loss)
     batch_size = config["train"]["batch_size"]
     batch = process.sample(min(batch_size, 3), process.make_generator(0))
     try:
         with torch.no_grad():
-            loss(*split_encodings(encoder(observations(batch, process.dim)), batch))
+            if batch.views is not None:
+                pair_loss(loss, *view_encodings(encoder, batch))
+            else:
+                loss(*split_encodings(encoder(observations(batch, process.dim)), batch))
     except ValueError as exc:
         if batch_size == 1:
             fail("train.batch_size", 1, f"the loss needs at least 2 anchors per batch ({exc})")

@@ -32,6 +32,7 @@ from dgp.checks import fail
 from identifiable_cl.arguments import OVERRIDE
 from dgp.process import DEFAULT_CONFIG as DGP_DEFAULTS
 from dgp.process import DTYPES
+from dgp.views import SINGLE as DGP_VIEWS
 from identifiable_cl.linear import BACKENDS as MATMUL_BACKENDS
 
 
@@ -113,7 +114,9 @@ SCHEMA: dict[str, Leaf | Section] = {
     "dgp.conditional": Section(DGP_DEFAULTS["conditional"], "conditional p(z+ | z) of the positives", "conditionals"),
     "dgp.negatives": Section(DGP_DEFAULTS["negatives"], "separate negatives (none: the loss uses the batch)", "negatives"),
     "dgp.mixing": Section(DGP_DEFAULTS["mixing"], "mixing g: observations x = g(z)", "mixings"),
-    "encoder": Section({"name": "mlp", "widths": [256, 256, 256], "normalize": "none"},
+    "dgp.views": Section(dict(DGP_VIEWS), "views: single (x = g(z)), or subsets: each view sees its own latent "
+                         "blocks through its own mixing (multimodal, multi-view)", "views"),
+    "encoder": Section({"name": "mlp", "widths": [256, 256, 256], "normalize": "none", "shared": True},
                        "encoder f: h = f(x); widths null is the reference architecture", "encoders"),
     "loss": Section({"name": "infonce", "similarity": "l1", "tau": 0.1}, "contrastive loss", "losses"),
     "optim.lr": Leaf(2e-3, "float", "Adam learning rate of the encoder", above=0),
@@ -177,6 +180,11 @@ reference one (``encoder.widths: null``) so that it trains in minutes.
 LEAVES: dict[str, Leaf] = {k: v for k, v in SCHEMA.items() if isinstance(v, Leaf)}
 COMPONENT_SECTIONS = tuple(k for k, v in SCHEMA.items() if isinstance(v, Section))
 """Sections that name a registered component: their other keys are that component's options."""
+
+SECTION_OPTIONS = {
+    "encoder.shared": "with views (dgp.views): one encoder for every view (true), or one per view (false)",
+}
+"""Options of a section that hold whatever component it names (the run reads them, not the component)."""
 
 
 def set_default(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -259,7 +267,9 @@ def key_listing(components: bool = False) -> str:
             rows.append((f"  {key}.{option}", type_, yaml_text(value), f"option of {default['name']}", docs.get(option, "")))
         for option in default:
             if option != "name" and option not in params:
-                rows.append((f"  {key}.{option}", "", yaml_text(default[option]), f"option of {default['name']}", ""))
+                doc = SECTION_OPTIONS.get(f"{key}.{option}")
+                of = f"option of {default['name']}" if doc is None else f"option of any {key}"
+                rows.append((f"  {key}.{option}", "", yaml_text(default[option]), of, doc or ""))
     widths = [min(max(len(row[i]) for row in rows), cap) for i, cap in enumerate((34, 16, 18, 30))]
     cells = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in rows]
     return "\n".join(f"  {line}  {row[-1]}".rstrip() for line, row in zip(cells, rows))

@@ -114,3 +114,26 @@ class MLPEncoder(nn.Module):
     @property
     def unit_norm(self) -> bool:
         return self.normalization.unit_norm
+
+
+class ViewEncoders(nn.Module):
+    """One encoder per view of a multi-view process (``encoder.shared: false``): ``encoders[v]`` maps view v's
+    observations ``(B, D_v)`` to ``(B, d)``. Called as a module it is view 1's encoder, so every consumer of a
+    single encoder (evaluation, figures) reads the first view's encoding, as the multimodal study does."""
+
+    def __init__(self, encoders: list[nn.Module]):
+        super().__init__()
+        self.encoders = nn.ModuleList(encoders)
+        self.output_dim = encoders[0].output_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.encoders[0](x)
+
+    @property
+    def unit_norm(self) -> bool:
+        return all(getattr(e, "unit_norm", False) for e in self.encoders)
+
+
+def view_encoder(encoder: nn.Module, view: int) -> nn.Module:
+    """The encoder of view ``view`` (0-based): its own under :class:`ViewEncoders`, else the one shared."""
+    return encoder.encoders[view] if isinstance(encoder, ViewEncoders) else encoder

@@ -70,8 +70,8 @@ def _stacked(cs: Sequence[Components], kind: str) -> dict[str, Tensor]:
 def batched_by_default(cs: Sequence[Components]) -> bool:
     """Whether a pack steps as one batched computation unless told: a pack of several runs on a GPU
     yes; on a CPU, a single run, or runs with MoCo's queue (whose momentum encoders take a pass of their
-    own), no."""
-    return len(cs) > 1 and cs[0].device.type != "cpu" and all(c.queue is None for c in cs)
+    own) or with views (one pass per view), no."""
+    return len(cs) > 1 and cs[0].device.type != "cpu" and all(c.queue is None and c.process.view_count == 1 for c in cs)
 
 
 def batched_step(cs: Sequence[Components]) -> list[Tensor]:
@@ -80,6 +80,9 @@ def batched_step(cs: Sequence[Components]) -> list[Tensor]:
     if any(c.queue is not None for c in cs):
         raise ValueError("runs with MoCo's queue (loss.negatives: queue) take their steps in turn, not batched: "
                          "their momentum encoders need a pass of their own")
+    if any(c.process.view_count > 1 for c in cs):
+        raise ValueError("runs of a process with views (dgp.views) take their steps in turn, not batched: each view "
+                         "has an encoder pass of its own")
     batches = [next_batch(c) for c in cs]
     x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])
     params, buffers = _stacked(cs, "named_parameters"), _stacked(cs, "named_buffers")

@@ -70,6 +70,34 @@ def block_metrics(record: Mapping[str, Any]) -> list[str]:
             and _finite(record[k])]
 
 
+def view_blocks(record: Mapping[str, Any]) -> tuple[list[str], list[int]]:
+    """The blocks and views of a record of a process with views (:mod:`identifiable_cl.evaluation.views`): the
+    block names of view 1's ``r2_linear_<block>`` keys and the views 1, 2 ... that have a ``view<v>_r2_linear``;
+    ``([], [])`` for a run of one view."""
+    views = [1] + sorted(int(k[4:-len("_r2_linear")]) for k in record
+                         if k.startswith("view") and k.endswith("_r2_linear") and k[4:-len("_r2_linear")].isdigit())
+    if len(views) == 1:
+        return [], []
+    prefix = "r2_linear_"
+    blocks = [k[len(prefix):] for k in record if k.startswith(prefix) and not k.endswith(("per_dim", IN_SAMPLE))]
+    return blocks, views
+
+
+def view_key(view: int, key: str) -> str:
+    """The key of metric ``key`` for view ``view`` (1-based): ``key`` itself for view 1, ``view<v>_key`` else."""
+    return key if view == 1 else f"view{view}_{key}"
+
+
+def view_metrics(record: Mapping[str, Any]) -> list[str]:
+    """The block table of a run with views as metric keys: each block's nonlinear R² (linear without the
+    nonlinear regression) from each view, then the permuted-content control's R² of the content."""
+    blocks, views = view_blocks(record)
+    kind = "r2_nonlinear" if any(k.startswith("r2_nonlinear_") for k in record) else "r2_linear"
+    keys = [view_key(v, f"{kind}_{b}") for b in blocks for v in views]
+    keys += [view_key(v, f"permuted_{kind}_content") for v in views]
+    return [k for k in keys if k in record]
+
+
 def reference_key(key: str) -> str | None:
     """The key of the chance reference of metric ``key`` (an in-sample metric shares its held-out one:
     the chance level depends on the latents only), or None."""
@@ -164,6 +192,30 @@ def training_figure(records: Sequence[Mapping[str, Any]], summary: Mapping[str, 
         if block_ax:
             _curves(block_ax[0], records, summary, blocks)
             block_ax[0].set(xlabel="step", ylabel="R²", title="R² of each block (dashed: identity baseline)")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def views_figure(summary: Mapping[str, Any], title: str = ""):
+    """Bars of each block's R² predicted from each view's encoding (nonlinear where measured, else linear), the
+    permuted-content control's R² of the content beside them: the block table of a run with views."""
+    from matplotlib.figure import Figure
+
+    blocks, views = view_blocks(summary)
+    kind = "r2_nonlinear" if any(k.startswith("r2_nonlinear_") for k in summary) else "r2_linear"
+    rows = [(b, f"{kind}_{b}") for b in blocks] + [("content\n(permuted control)", f"permuted_{kind}_content")]
+    fig = Figure(figsize=(1.2 * len(rows) + 3, 4), layout="constrained")
+    ax = fig.subplots()
+    x, width = np.arange(len(rows)), 0.8 / len(views)
+    for i, v in enumerate(views):
+        values = [summary.get(view_key(v, key)) for _, key in rows]
+        ax.bar(x - 0.4 + width * (i + 0.5), [float(a) if _finite(a) else 0.0 for a in values], width=width,
+               label=f"from view {v}'s encoding")
+    ax.set_xticks(x, [label for label, _ in rows], fontsize=8)
+    ax.set(ylabel=metric_label(kind), title=f"{metric_label(kind)} of each block, held out")
+    ax.axhline(0.0, color="black", lw=0.6)
+    ax.legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
@@ -291,6 +343,8 @@ def draw_figures(run_dir: str | Path) -> dict[str, Path]:
             figures["latents"] = latents_figure(data["z"], data["z_hat"], data["r2_per_dim"], title)
     if records:
         figures["training"] = training_figure(records, summary, title)
+    if view_blocks(summary)[1]:
+        figures["views"] = views_figure(summary, title)
     bounded = [r for r in records if _finite(r.get("mi_infonce_bound"))]
     if bounded:
         figures["mi"] = mi_figure(bounded, title)

@@ -41,9 +41,12 @@ from identifiable_cl.components import (
     encodings,
     load_run,
     next_batch,
+    objective,
 )
 from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recovery, linear_readout
+from identifiable_cl.encoders import view_encoder
 from identifiable_cl.evaluation.information import truth as information_truth
+from identifiable_cl.evaluation.views import evaluate_views
 from identifiable_cl.packing import batched_by_default, batched_step, check_packable
 from identifiable_cl.tracking import Tracker, check_tracking, open_tracker
 
@@ -68,12 +71,11 @@ def train_step(c: Components) -> Tensor:
     With ``train.precision: bf16`` the encoder's forward pass runs under bfloat16 autocast
     and its outputs are cast back to float32 for the loss.
     """
-    h, h_pos, h_neg = encodings(c, next_batch(c))
-    loss = c.loss(h, h_pos, h_neg)
+    loss, keys = objective(c, next_batch(c))
     c.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     clip_and_step(c)
-    after_step(c, h_pos)
+    after_step(c, keys)
     return loss.detach()
 
 
@@ -122,8 +124,13 @@ def reported(metrics: Mapping[str, Any]) -> dict[str, Any]:
 def evaluation(c: Components, final: bool) -> dict[str, Any]:
     """Held-out metrics at the current step (the final evaluation uses the larger sample sizes)."""
     generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.step}"))
-    metrics = evaluate(encode_fn(c.encoder), c.process, generator, **eval_arguments(c.config["eval"], final),
-                       rotation_reference=final)
+    if c.process.view_count > 1:
+        encoders = [encode_fn(view_encoder(c.encoder, v)) for v in range(c.process.view_count)]
+        metrics = evaluate_views(encoders, c.process, generator, control=final,
+                                 **eval_arguments(c.config["eval"], final), rotation_reference=final)
+    else:
+        metrics = evaluate(encode_fn(c.encoder), c.process, generator, **eval_arguments(c.config["eval"], final),
+                           rotation_reference=final)
     if final:
         metrics.update(in_sample_metrics(encode_fn(c.encoder), c, f"eval.{c.step}.in_sample"))
     metrics.update(loss_metrics(c, metrics))
@@ -143,8 +150,8 @@ def information_metrics(c: Components) -> dict[str, Any]:
     fresh held-out pairs under the current momentum encoder, a full queue's worth: every candidate is scored
     by the same critic, as the bound requires (the training queue holds keys of older encoders)."""
     mi_bound = getattr(c.loss, "mi_bound", None)
-    if mi_bound is None:
-        return {}
+    if mi_bound is None or c.process.view_count > 1:
+        return {}  # with views the loss pairs observations of different mixings: no bound on I(z; z+) is read
     generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.step}.mi"))
     batch = c.process.sample(c.config["train"]["batch_size"], generator)
     if batch.z_neg is not None and not c.process.negatives.from_marginal():
@@ -246,10 +253,14 @@ def identity_key(c: Components) -> str:
 
 def measure_identity(c: Components) -> dict[str, Any]:
     """The metrics of the identity encoder h = g(z) (the observations themselves) at the final evaluation's
-    sizes, and its in-sample scores as ``identity_*_in_sample``."""
+    sizes, and its in-sample scores as ``identity_*_in_sample``; with views, each view's observations."""
     generator = c.process.make_generator(stream_seed(c.config["seed"], "eval.identity"))
-    base = identity_baseline(c.process, generator, **eval_arguments(c.config["eval"], final=True),
-                             rotation_reference=False)
+    arguments = {**eval_arguments(c.config["eval"], final=True), "rotation_reference": False}
+    if c.process.view_count > 1:  # every view's observations, scored as the encoders' (evaluate_views)
+        views = evaluate_views([lambda x: x] * c.process.view_count, c.process, generator, **arguments)
+        base = {f"identity_{k}": v for k, v in views.items()}
+    else:
+        base = identity_baseline(c.process, generator, **arguments)
     scored = in_sample_metrics(lambda x: x, c, "eval.identity.in_sample")
     base.update({f"identity_{k}": v for k, v in scored.items()})
     return reported(base)

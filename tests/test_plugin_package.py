@@ -39,7 +39,8 @@ def test_readme_plugin_builds_and_trains(tmp_path):
     icl = [sys.executable, "-m", "identifiable_cl.cli"]
     plugins = subprocess.run(icl + ["plugins"], env=env, capture_output=True, text=True, check=True).stdout
     for name, target in (("torus", "Torus"), ("kumaraswamy", "Kumaraswamy"), ("jitter", "Jitter"),
-                         ("opposite", "Opposite"), ("rotated_tanh", "RotatedTanh"), ("linear", "LinearEncoder"),
+                         ("opposite", "Opposite"), ("rotated_tanh", "RotatedTanh"), ("halves", "Halves"),
+                         ("linear", "LinearEncoder"),
                          ("align_uniform", "AlignUniform"), ("r2_reverse", "ReverseR2")):
         assert re.search(rf"{name}\s+entry point icl_align:{target} \(icl-align 0.1.0\)", plugins), name
     assert re.search(r"t = 2\.0\s+uniformity temperature t > 0", plugins)  # the declared option docs
@@ -54,6 +55,7 @@ def test_readme_plugin_builds_and_trains(tmp_path):
                   "--loss.name=align_uniform"],
         "negatives": ["--dgp.space.name=torus", "--dgp.marginal.name=kumaraswamy", "--dgp.conditional.name=jitter",
                       "--dgp.negatives.name=opposite", "--loss.negatives=independent", *mlp],
+        "views": ["sphere", "--dgp.views.name=halves", "--dgp.views.overlap=2", *mlp],
     }
     for label, args in every_kind.items():
         run_dir = tmp_path / label
@@ -64,6 +66,10 @@ def test_readme_plugin_builds_and_trains(tmp_path):
         assert summary["steps"] == 5 and -1.0 <= summary["r2_linear"] <= 1.0
         assert -1.0 <= summary["r2_reverse"] <= 1.0 and -1.0 <= summary["identity_r2_reverse"] <= 1.0
         assert "reverse R²" in result.stdout  # a headline metric: a row of the printed table
+        if label == "views":  # each view's encoding scored; the views see 7 of the 10 coordinates each
+            assert -1.0 <= summary["view2_r2_linear"] <= 1.0 and -1.0 <= summary["view2_r2_reverse"] <= 1.0
+            config = (run_dir / "config.yaml").read_text()
+            assert "halves" in config and "overlap: 2" in config
     bad = subprocess.run(icl + ["train", "--run-dir", str(tmp_path / "bad"), "--loss.name=align_uniform", "--loss.tt=2"],
                          env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "loss.tt" in bad.stderr

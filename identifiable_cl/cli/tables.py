@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from identifiable_cl.plots import CURVES, IN_SAMPLE, REFERENCE_LABEL, metric_label, reference_key
+from identifiable_cl.plots import CURVES, IN_SAMPLE, REFERENCE_LABEL, metric_label, reference_key, view_blocks, view_key
 
 
 def _number(value: Any) -> bool:
@@ -27,6 +27,7 @@ def results_table(summary: Mapping[str, Any]) -> str:
             base = summary.get(f"identity_{key}")
             line = f"{label:<28}{summary[key]:>10.3f}" + (f"{base:>16.3f}" if _number(base) else f"{'':>16}")
             lines.append(line + (f"{chance[key]:>17.3f}" if key in chance else ""))
+    lines += views_table(summary)
     if "lambda_learned" in summary:
         lines.append("learned Λ̂: " + ", ".join(f"{v:.2f}" for v in summary["lambda_learned"]))
     if "lambda_true" in summary:
@@ -41,3 +42,20 @@ def results_table(summary: Mapping[str, Any]) -> str:
     if "steps" in summary:
         lines.append(f"{summary['steps']} steps in {summary['wall_s']:.1f} s ({summary['steps_per_s']:.1f} steps/s)")
     return "\n".join(lines)
+
+
+def views_table(summary: Mapping[str, Any]) -> list[str]:
+    """With views: R² of every block from every view's encoding (linear, nonlinear), and the permuted-content
+    control's R² of the content (its observations carry another sample's content); no lines for one view."""
+    blocks, views = view_blocks(summary)
+    if not views:
+        return []
+    kinds = [k for k in ("r2_linear", "r2_nonlinear") if any(view_key(v, f"{k}_{b}") in summary for v in views for b in blocks)]
+    header = "".join(f"{f'view {v} {k[3:]}':>18}" for v in views for k in kinds)
+    rows = [(b, [f"{k}_{b}" for k in kinds]) for b in blocks] + [("content, permuted control", [f"permuted_{k}_content" for k in kinds])]
+    lines = ["", f"{'R² of each block':<28}{header}"]
+    for label, keys in rows:
+        cells = [summary.get(view_key(v, key)) for v in views for key in keys]
+        if any(_number(c) for c in cells):
+            lines.append(f"{label:<28}" + "".join(f"{c:>18.3f}" if _number(c) else f"{'':>18}" for c in cells))
+    return lines

@@ -1,0 +1,105 @@
+"""Evaluation of a process with views (:mod:`dgp.views`): every block predicted from every view's encoding.
+
+For each view v, :func:`evaluate_views` scores view v's encoder on held-out samples of :class:`ViewSample`:
+the latents are z (every block of the process) followed by what each view w >= 2 sees differently, the
+blocks its positive changes (``style_view2``: the perturbed style s̃ of Daunhawer et al. 2023), so one
+regression per view gives the R² of content, style, s̃ and each modality-specific block, as the multimodal
+study's evaluation does (``main_mlp.py``: linear and kernel-ridge regression of c, s, s̃, m_1, m_2 from each
+view's encoding, held out). View 1's metrics keep their plain keys (``r2_nonlinear_content`` ...), view v's
+are prefixed ``view<v>_``.
+
+The permuted-content control (``permuted_`` keys): the observations carry the content of another sample
+(one random permutation of the rows, the same for every view) while the labels keep their own; the R² of
+``content`` from such observations measures how much of the content the encoding reads from the other
+blocks (through a content-dependent style, say), the R² of ``content_permuted`` how much it reads from the
+content it was shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from identifiable_cl.evaluation.wrappers import Metrics, evaluate
+
+
+class ViewSample:
+    """The process as :func:`identifiable_cl.evaluation.evaluate` reads it, for view ``view`` (0-based).
+
+    ``sample_latents(n, generator)`` returns ``(n, dim)`` rows: z ``(n, process.dim)``, then for each view
+    w >= 2 the blocks its positive changes (block ``<name>_view<w>``; the conditional names them with
+    ``changed_blocks()``, and one that does not adds none), then with ``permuted`` the content of
+    a permuted row (block ``content_permuted``). ``mix`` builds view ``view``'s latent from them (its own
+    changed blocks, the permuted content in place of the content) and mixes it with the view's mixing.
+    """
+
+    def __init__(self, process: Any, view: int, permuted: bool = False):
+        changed = getattr(process.conditional, "changed_blocks", list)
+        if permuted and "content" not in process.blocks:
+            raise ValueError("the permuted-content control needs a block named 'content'")
+        self.process, self.view, self.permuted = process, view, permuted
+        blocks = {name: list(dims) for name, dims in process.blocks.items()}
+        self.slots: list[tuple[int, list[int], int]] = []  # (view, latent dims, first column)
+        width = process.dim
+        for w in range(1, process.view_count):
+            for name in changed():
+                dims = list(process.blocks[name])
+                blocks[f"{name}_view{w + 1}"] = list(range(width, width + len(dims)))
+                self.slots.append((w, dims, width))
+                width += len(dims)
+        if permuted:
+            blocks["content_permuted"] = list(range(width, width + len(process.blocks["content"])))
+            width += len(process.blocks["content"])
+        self.blocks, self.dim, self.lambda_groups = blocks, width, None
+
+    def sample_latents(self, n: int, generator: torch.Generator) -> Tensor:
+        process = self.process
+        z = process.sample_latents(n, generator)
+        positives = [process.conditional.sample(z, generator) for _ in range(process.view_count - 1)]
+        parts = [z] + [positives[w - 1][:, dims] for w, dims, _ in self.slots]
+        if self.permuted:
+            order = torch.randperm(n, generator=generator, device=generator.device)
+            parts.append(z[order][:, process.blocks["content"]])
+        return torch.cat(parts, dim=-1)
+
+    def mix(self, latents: Tensor) -> Tensor:
+        process = self.process
+        z = latents[:, : process.dim].clone()
+        for w, dims, start in self.slots:
+            if w == self.view:
+                z[:, dims] = latents[:, start : start + len(dims)]
+        if self.permuted:
+            content = process.blocks["content"]
+            z[:, content] = latents[:, self.blocks["content_permuted"]]
+        return process.mix_view(self.view, z)
+
+
+def evaluate_views(
+    encoders: Sequence[Callable[[Tensor], Tensor]],
+    process: Any,
+    generator: torch.Generator,
+    *,
+    control: bool = False,
+    **options: Any,
+) -> Metrics:
+    """Held-out metrics of each view's encoder ``encoders[v]`` (x_v (B, D_v) -> h (B, d)) on
+    :class:`ViewSample` s of ``process``: view 1's every metric under its plain key, view v's scalar
+    metrics prefixed ``view<v>_``; with ``control`` (and a ``content`` block) the block R² of the
+    permuted-content control prefixed ``permuted_`` (view 1) and ``view<v>_permuted_``. ``options`` are :func:`evaluate`'s."""
+    out: Metrics = {}
+    for v, encode in enumerate(encoders):
+        prefix = "" if v == 0 else f"view{v + 1}_"
+        scored = evaluate(encode, ViewSample(process, v), generator, **options)
+        out.update({prefix + k: value for k, value in scored.items() if v == 0 or isinstance(value, float)})
+        if control and "content" in process.blocks:
+            plain = {**options, "rotation_reference": False, "enabled": None}
+            scored = evaluate(encode, ViewSample(process, v, permuted=True), generator, **plain)
+            out.update({f"{prefix}permuted_{k}": value for k, value in scored.items() if _block_r2(k, value)})
+    return out
+
+
+def _block_r2(key: str, value: Any) -> bool:
+    """Whether ``key`` is a block's R² (``r2_linear_<block>``, ``r2_nonlinear_<block>``)."""
+    return key.startswith(("r2_linear_", "r2_nonlinear_")) and not key.endswith("per_dim") and isinstance(value, float)

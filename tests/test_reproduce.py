@@ -332,6 +332,11 @@ KNOWN_SMOKE_FAILURES = {
         "box: NCE with the L1 critic identifies like InfoNCE (Matthes et al. 2023)",
         "box: NWJ with the L1 critic identifies like InfoNCE (Matthes et al. 2023)",
     },
+    "daunhawer2023": {
+        "multimodal: the content is block-identified from view 1's encoding",
+        "multimodal: the content is block-identified from view 2's encoding",
+        "dependent latents: the permuted-content control still reads no content",
+    },
 }
 """Claims measured not to hold at smoke scale (on the mean over seeds 0–2), each explained in that
 experiment's RESULTS.md."""

@@ -67,7 +67,9 @@ class KeyQueue(nn.Module):
 
     ``encoder``: a frozen copy of the trained encoder at construction (MoCo starts θ_k = θ_q).
     Buffers, saved in a checkpoint with the copy's parameters: ``keys (S, d)``, of which the first
-    ``filled`` rows hold keys, and ``pointer``, the row the next key is written to.
+    ``filled`` rows hold keys, and ``pointer``, the row the next key is written to. Both counters are
+    mirrored on the host, so a step never waits on the device to read them; a loaded state dict is read
+    back once.
     """
 
     def __init__(self, encoder: nn.Module, options: QueueOptions, dim: int):
@@ -78,6 +80,18 @@ class KeyQueue(nn.Module):
         self.register_buffer("keys", torch.zeros(options.size, dim, dtype=reference.dtype, device=reference.device))
         self.register_buffer("filled", torch.zeros((), dtype=torch.long))
         self.register_buffer("pointer", torch.zeros((), dtype=torch.long))
+        self._host: tuple[int, int] | None = (0, 0)  # (filled, pointer); None: read the buffers
+        self.register_load_state_dict_post_hook(KeyQueue._forget_host)
+
+    @staticmethod
+    def _forget_host(module: "KeyQueue", _incompatible) -> None:
+        module._host = None
+
+    def _counts(self) -> tuple[int, int]:
+        """(filled, pointer) as host integers."""
+        if self._host is None:
+            self._host = (int(self.filled), int(self.pointer))
+        return self._host
 
     @torch.no_grad()
     def encode(self, x: Tensor) -> Tensor:
@@ -86,7 +100,7 @@ class KeyQueue(nn.Module):
 
     def negatives(self) -> Tensor:
         """The queue's keys ``(filled, d)``: none before the first step."""
-        return self.keys[: int(self.filled)]
+        return self.keys[: self._counts()[0]]
 
     @torch.no_grad()
     def follow(self, encoder: nn.Module) -> None:
@@ -102,7 +116,9 @@ class KeyQueue(nn.Module):
         keys, the last S stay)."""
         size = self.keys.shape[0]
         keys = keys.detach()[-size:].to(self.keys.dtype)
-        rows = (int(self.pointer) + torch.arange(keys.shape[0], device=self.keys.device)) % size
+        filled, pointer = self._counts()
+        rows = (pointer + torch.arange(keys.shape[0], device=self.keys.device)) % size
         self.keys[rows] = keys
-        self.pointer.fill_((int(self.pointer) + keys.shape[0]) % size)
-        self.filled.fill_(min(int(self.filled) + keys.shape[0], size))
+        self._host = (min(filled + keys.shape[0], size), (pointer + keys.shape[0]) % size)
+        self.filled.fill_(self._host[0])
+        self.pointer.fill_(self._host[1])

@@ -141,6 +141,22 @@ def test_the_queue_is_first_in_first_out():
     assert not any(torch.equal(row, oldest) for row in queue.negatives())
 
 
+def test_a_loaded_queue_continues_where_its_state_left_off():
+    encoder = nn.Linear(2, 3)
+    queue = KeyQueue(encoder, QueueOptions(size=5, momentum=0.5), dim=3)
+    queue.push(torch.randn(3, 3))
+    queue.push(torch.randn(4, 3))  # wrapped: pointer 2, all 5 rows filled
+    resumed = KeyQueue(encoder, QueueOptions(size=5, momentum=0.5), dim=3)
+    assert resumed.negatives().shape == (0, 3)
+    resumed.load_state_dict(queue.state_dict())
+    assert torch.equal(resumed.negatives(), queue.negatives())
+    keys = torch.randn(2, 3)
+    queue.push(keys)
+    resumed.push(keys)
+    assert torch.equal(resumed.negatives(), queue.negatives())
+    assert (int(resumed.filled), int(resumed.pointer)) == (5, 4)
+
+
 @pytest.mark.parametrize("m", [0.0, 0.9, 1.0])
 def test_the_momentum_encoder_follows_the_encoder(m):
     torch.manual_seed(0)

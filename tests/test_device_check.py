@@ -84,3 +84,24 @@ def test_bench_device_choice(capsys):
         assert icl(["bench", "--device", "cuda", "--only", "loss"]) == 2
         err = capsys.readouterr().err.strip()
         assert err == "icl bench: error: --device=cuda: CUDA is not available on this machine; use --device=cpu"
+
+
+def test_a_pilot_stopped_at_its_share_starts_no_paper_scale_run(tmp_path, monkeypatch):
+    calls = []
+
+    def stopped_pilots(argv, log, timeout, step, env):
+        calls.append(argv)
+        with open(log, "a") as out:
+            out.write("$ " + " ".join(argv) + "\n")
+        step.wall_s += timeout
+        return 0 if "pytest" in argv or "bench" in argv else None
+
+    monkeypatch.setattr(dc, "run_logged", stopped_pilots)
+    out = tmp_path / "out"
+    data = dc.run_check(out, budget=100.0, device="cpu", tiny=True, work=tmp_path / "work")
+    assert [s["name"] for s in data["record"]][-1] == "R24 pilot, 2 steps"  # the 4-step pilot not started either
+    assert data["steps"] == 0 and data["fixed_s"] is None and data["step_s"] is None
+    assert sum("reproduce" in argv for argv in calls) == 1
+    text = (out / "results.md").read_text()
+    assert "did not finish within its share" in text and "reproduce.md" not in text
+    assert not (out / "reproduce.md").exists()

@@ -19,6 +19,16 @@ def test_naive_reference_is_symmetric_infonce(kind):
     torch.testing.assert_close(bench.naive_infonce(h, hp, kind, 0.1), want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("label,cfg", bench.SAMPLING_CASES, ids=[label for label, _ in bench.SAMPLING_CASES])
+def test_every_sampling_case_builds_the_process_its_label_names(label, cfg):
+    from dgp import build_process
+
+    process = build_process({**cfg, "mixing": {"name": "identity"}}, seed=0)
+    space = {"sphere": "sphere", "box": "box", "R^n": "euclidean"}[label.split()[0]]
+    assert process.config["space"]["name"] == space
+    assert process.config["conditional"]["name"] == cfg["conditional"]["name"]
+
+
 def test_loss_and_precision_sections_report():
     lines: list[str] = []
     rows = bench.bench_loss(batches=(16,), reps=1, memory=False, print_fn=lines.append)

@@ -14,7 +14,8 @@ whole check ends within ``--budget`` seconds (default 540), in this order:
    in one process and the four processes side by side on the device. The number of steps is measured,
    then chosen: two pilot reproductions of 100 and 500 steps give the fixed cost ``a`` and the cost
    per step ``b`` of the whole reproduction (wall ≈ a + b·N); the full run takes 100,000 steps if
-   a + b·N fits 90 % of the budget left, else 50,000, else the most that fit (a multiple of 1,000) →
+   a + b·N fits 90 % of the budget left, else 50,000, else the most that fit (a multiple of 1,000); a pilot
+   stopped at its share measures nothing, and then no paper-scale run starts →
    ``OUT/r24.log`` (the runner's output), ``OUT/reproduce.md`` (the reproduction's own report);
 4. ``OUT/results.md``: AnInfoNCE's in-sample linear R² and MCC (mean ± std over the seeds) against
    the official training logs at the nearest logged step count at or below the one taken, with the
@@ -221,7 +222,9 @@ def markdown(device: str, plan: Plan, steps: int, why: str, rows: list[dict[str,
         log = f"{r['log']:.3f} ({r['log_step']})" if r["log_step"] is not None else "(no log this early)"
         ours = f"{r['mean']:.3f} ± {r['std']:.3f}" if r["mean"] is not None else "(no finished run)"
         lines.append(f"| {r['run']} | {r['metric']} | {r['seeds']} | {ours} | {log} | {'yes' if r['within'] else 'no'} |")
-    lines += ["", "The reproduction's own report, with every run and claim: `reproduce.md`.", ""]
+    if steps:
+        lines += ["", "The reproduction's own report, with every run and claim: `reproduce.md`."]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -270,22 +273,33 @@ def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool
     code = run_logged(argv + (["--quick"] if tiny else []), log, min(180.0, 0.35 * left()), step, env)
     step.finished, step.outcome = code == 0, f"{len(log.read_text().splitlines())} lines"
 
-    walls = []
+    walls: list[float] = []
     r24_log = out / "r24.log"
+    full = work / "reproduce"
     for n in plan.pilots:
         step = begin(f"R24 pilot, {n} steps")
         folder = experiment_copy(plan, n, work / f"experiment-{n}")
-        code = run_logged(reproduce_argv(folder, plan, work / f"pilot-{n}"), r24_log, 0.25 * left(), step, env)
+        # the longer pilot gets twice the shorter one's wall where the budget allows: its fixed cost alone
+        # can exceed a quarter of what is left
+        share = 0.25 * left() if not walls else min(0.5 * left(), max(0.25 * left(), 2 * walls[0]))
+        code = run_logged(reproduce_argv(folder, plan, work / f"pilot-{n}"), r24_log, share, step, env)
         step.finished, step.outcome = code is not None, f"exit {code}; {step.wall_s:.1f} s"
         walls.append(step.wall_s)
-    steps, a, b, why = choose_steps(plan.pilots, (walls[0], walls[1]), left() - 15, plan.candidates,
-                                    plan.granularity)
-    why += f" (fixed cost a = {a:.1f} s, b = {1e3 * b:.2f} ms per step of the whole reproduction)"
-    step = begin(f"R24 paper scale, {steps} steps")
-    folder = experiment_copy(plan, steps, work / "experiment")
-    full = work / "reproduce"
-    code = run_logged(reproduce_argv(folder, plan, full), r24_log, left() - 10, step, env)
-    step.finished, step.outcome = code is not None, f"exit {code}; {last_line(r24_log)}"
+        if code is None:
+            break
+    if len(walls) < 2 or not record[-1].finished:
+        steps, a, b = 0, None, None
+        why = (f"the {plan.pilots[len(walls) - 1]}-step pilot did not finish within its share of the budget "
+               f"({walls[-1]:.0f} s), so no cost per step was measured and no paper-scale run was started; "
+               "give the check a larger --budget or fewer --bench sections")
+    else:
+        steps, a, b, why = choose_steps(plan.pilots, (walls[0], walls[1]), left() - 15, plan.candidates,
+                                        plan.granularity)
+        why += f" (fixed cost a = {a:.1f} s, b = {1e3 * b:.2f} ms per step of the whole reproduction)"
+        step = begin(f"R24 paper scale, {steps} steps")
+        folder = experiment_copy(plan, steps, work / "experiment")
+        code = run_logged(reproduce_argv(folder, plan, full), r24_log, left() - 10, step, env)
+        step.finished, step.outcome = code is not None, f"exit {code}; {last_line(r24_log)}"
     if (full / "results.md").is_file():
         (out / "reproduce.md").write_text((full / "results.md").read_text())
 

@@ -56,10 +56,11 @@ DEVICES = ("cpu", "cuda")
 """The choices of ``icl bench --device``."""
 
 SAMPLING_CASES: list[tuple[str, dict[str, Any]]] = [
-    ("sphere vMF(κ=1)", {"conditional": {"name": "vmf", "kappa": 1.0}}),
-    ("sphere normal(0.05), projected", {"conditional": {"name": "normal"}}),
-    ("sphere anisotropic bimodal", {"conditional": {"name": "anisotropic", "lambdas": "bimodal"}}),
-    ("sphere anisotropic + shell 0.1", {"conditional": {"name": "anisotropic", "lambdas": "bimodal", "shell": 0.1}}),
+    ("sphere vMF(κ=1)", {"space": {"name": "sphere"}, "conditional": {"name": "vmf", "kappa": 1.0}}),
+    ("sphere normal(0.05), projected", {"space": {"name": "sphere"}, "conditional": {"name": "normal"}}),
+    ("sphere anisotropic bimodal", {"space": {"name": "sphere"}, "conditional": {"name": "anisotropic", "lambdas": "bimodal"}}),
+    ("sphere anisotropic + shell 0.1", {"space": {"name": "sphere"},
+                                         "conditional": {"name": "anisotropic", "lambdas": "bimodal", "shell": 0.1}}),
     ("box normal(0.05), truncated", {"space": {"name": "box"}, "conditional": {"name": "normal"}}),
     ("box laplace(0.05), truncated", {"space": {"name": "box"}, "conditional": {"name": "laplace"}}),
     ("box gennorm(0.05, p=3)", {"space": {"name": "box"}, "conditional": {"name": "gennorm", "p": 3.0}}),
@@ -68,7 +69,7 @@ SAMPLING_CASES: list[tuple[str, dict[str, Any]]] = [
         "marginal": {"name": "content_style", "content_dim": 5, "dependence": True, "content_dependent_style": True},
         "conditional": {"name": "content_style", "content_dim": 5, "p_change": 0.75, "dependence": True},
     }),
-    ("sphere vMF + tilted negatives", {"conditional": {"name": "vmf", "kappa": 10.0}, "negatives": {"name": "tilted", "beta": 5.0, "num": 1}}),
+    ("sphere vMF + tilted negatives", {"space": {"name": "sphere"}, "conditional": {"name": "vmf", "kappa": 10.0}, "negatives": {"name": "tilted", "beta": 5.0, "num": 1}}),
 ]
 
 TRAINING_CASES: list[tuple[str, str | None, dict[str, str], tuple[int, ...] | None]] = [

@@ -14,7 +14,7 @@ A negative set may pool several (anchors, candidates) pairings into one sum (1);
 ``identifiable_cl.losses.base.contrastive_loss`` for the five sets.
 
 The (R, N) logit matrix is never held: rows are processed in blocks of ``b`` rows (b · N ≈
-``BLOCK_ENTRIES``). Within a block every row is complete, so (1) is the usual max-shifted sum,
+``BLOCK_ENTRIES`` on a CPU, ``DEVICE_BLOCK_ENTRIES`` on an accelerator). Within a block every row is complete, so (1) is the usual max-shifted sum,
 and the per-row loss and its derivatives (by autograd on the small (b,) tensors) are known at
 once. The gradient of the mean loss L = Σ_i row_i / count is then accumulated in the same pass,
 
@@ -27,7 +27,7 @@ are the stored shifted exponentials divided by their sum); shifted logits are fl
 :func:`exp_floor` first, far below anything that changes (1) and above the slow subnormal path
 of CPU ``exp``. Excluded pairs get weight exactly 0.
 
-Peak extra memory: a few (b, N) buffers per pairing, O(BLOCK_ENTRIES) whatever the batch; no
+Peak extra memory: a few (b, N) buffers per pairing, O(b · N) whatever the batch; no
 (b, N, d) difference tensor is formed (the Lp kernels loop over the d coordinates). The C kernels'
 buffers stay allocated in each thread that used them, for the next evaluation.
 
@@ -60,7 +60,11 @@ from identifiable_cl.losses import native
 KIND = ("dot", "l1", "l2", "l3")
 KERNELS = ("auto", "eager", "native")
 BLOCK_ENTRIES = 1 << 20
-"""Target number of logits per row block (b · N); 4 MiB per (b, N) buffer in float32."""
+"""Target number of logits per row block (b · N) on a CPU; 4 MiB per (b, N) buffer in float32."""
+DEVICE_BLOCK_ENTRIES = 1 << 26
+"""The target on an accelerator, 256 MiB per (b, N) buffer in float32: a GPU runs a block's few large
+operations in about the time of a small one, so small blocks leave it waiting on the host (on an H200 at
+batch 6144, blocks of ``BLOCK_ENTRIES`` made the loss fifty times slower than the whole (2B × 2B) matrix)."""
 
 _KERNELS: contextvars.ContextVar[str | None] = contextvars.ContextVar("icl_kernels", default=None)
 _BLOCK_ROWS: contextvars.ContextVar[int | None] = contextvars.ContextVar("icl_block_rows", default=None)
@@ -248,10 +252,14 @@ def excluded_columns(exclude: str, start: int, rows: int, n: int, device: torch.
     return torch.stack([own, own + n // 2], 1)
 
 
-def block_rows(rows: int, columns: int) -> int:
-    """Rows per block: the :func:`use_kernels` override, else about ``BLOCK_ENTRIES`` / columns."""
+def block_rows(rows: int, columns: int, device: torch.device | None = None) -> int:
+    """Rows per block: the :func:`use_kernels` override, else about ``BLOCK_ENTRIES`` / columns on a CPU
+    (``device`` None or of type cpu) and ``DEVICE_BLOCK_ENTRIES`` / columns elsewhere."""
     forced = _BLOCK_ROWS.get()
-    return max(1, min(rows, forced if forced is not None else BLOCK_ENTRIES // max(columns, 1)))
+    if forced is None:
+        entries = BLOCK_ENTRIES if device is None or torch.device(device).type == "cpu" else DEVICE_BLOCK_ENTRIES
+        forced = entries // max(columns, 1)
+    return max(1, min(rows, forced))
 
 
 _LOCAL = threading.local()
@@ -278,7 +286,7 @@ class _BlockedLoss(torch.autograd.Function):
         tensors = tuple(t.contiguous() for t in tensors)
         transposed = [t.transpose(0, 1).contiguous() for t in tensors]
         columns = max(tensors[p.candidates].shape[0] for p in plan.pairings)
-        size = block_rows(rows, columns)
+        size = block_rows(rows, columns, device)
         grads = [torch.zeros_like(t) for t in tensors] if want_grad else []
         grads_T = [torch.zeros_like(t) for t in transposed] if want_grad else []
         grad_pos = torch.zeros_like(pos) if want_grad else None

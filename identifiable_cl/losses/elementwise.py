@@ -14,7 +14,7 @@ row instead: the nearest (``hardest``), or the nearest farther than the positive
     j*(i) = argmax_{j not excluded} sim(a_i, c_j)   [over sim(a_i, c_j) < e_i where there is one].     (2)
 
 Neither holds the (R, N) matrix: :func:`blocked_sum` evaluates (1) on blocks of rows of about
-``BLOCK_ENTRIES`` entries, differentiating φ by autograd on the block's (b, N) similarities (excluded
+``BLOCK_ENTRIES`` entries (``DEVICE_BLOCK_ENTRIES`` on an accelerator), differentiating φ by autograd on the block's (b, N) similarities (excluded
 entries reach φ as 0 and contribute 0, with gradient 0) and the similarities analytically
 (``blocked.similarity_gradients``), so its gradient costs one more pass over the block; :func:`nearest`
 finds (2) block by block without a gradient, for the caller to score the chosen pairs alone. Ties go to the first pairing of a group, then the first column: the dense
@@ -46,8 +46,8 @@ def _kept(exclude: str, start: int, rows: int, n: int, device: torch.device) -> 
     return kept
 
 
-def _blocks(rows: int, columns: int):
-    size = block_rows(rows, columns)
+def _blocks(rows: int, columns: int, device: torch.device):
+    size = block_rows(rows, columns, device)
     return [(start, min(size, rows - start)) for start in range(0, rows, size)]
 
 
@@ -65,7 +65,7 @@ class _BlockedSum(torch.autograd.Function):
         total = tensors[0].new_zeros(())
         for pairing, weight in zip(pairings, weights):
             anchors, cT = tensors[pairing.anchors], transposed[pairing.candidates]
-            for start, size in _blocks(anchors.shape[0], cT.shape[1]):
+            for start, size in _blocks(anchors.shape[0], cT.shape[1], anchors.device):
                 a = anchors[start : start + size]
                 kept = _kept(pairing.exclude, start, size, cT.shape[1], a.device)
                 with torch.enable_grad():
@@ -132,7 +132,7 @@ def nearest(kind: str, pairings: Sequence[Pairing], tensors: Sequence[Tensor], b
         choice_below = torch.full((rows, 2), -1, dtype=torch.long, device=device)
         for index, pairing in enumerate(pairings):
             cT = tensors[pairing.candidates].transpose(0, 1)
-            for start, size in _blocks(rows, cT.shape[1]):
+            for start, size in _blocks(rows, cT.shape[1], device):
                 sim = similarity(tensors[pairing.anchors][start : start + size], cT, kind)
                 kept = _kept(pairing.exclude, start, size, cT.shape[1], device)
                 if kept is not None:

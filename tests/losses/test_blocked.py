@@ -192,6 +192,12 @@ def test_block_rows_follow_the_budget():
     with blocked.use_kernels(block_rows=5):
         assert blocked.block_rows(100, 100) == 5
     assert blocked.block_rows(100, 100) == 100
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")  # a device's type, nothing allocated on it
+    assert blocked.block_rows(12288, 12288, cpu) == blocked.BLOCK_ENTRIES // 12288
+    assert blocked.block_rows(12288, 12288, gpu) == blocked.DEVICE_BLOCK_ENTRIES // 12288
+    assert blocked.block_rows(100, 100, gpu) == 100
+    with blocked.use_kernels(block_rows=5):
+        assert blocked.block_rows(100, 100, gpu) == 5
 
 
 def test_without_gradients_nothing_is_accumulated():

@@ -138,7 +138,7 @@ class Process(nn.Module):
         self.negatives.check_marginal(self.marginal)
         self._check_blocks()
         self.views = VIEWS.build(cfg.get("views", SINGLE), self.blocks, dim, key="dgp.views")
-        sizes = [len(dims) for dims in self.views.dims]
+        sizes = self.observed_dims
         self.mixing = MIXINGS.build(cfg["mixing"], sizes[0], rng("mixing"), key="dgp.mixing")
         self.view_mixings = nn.ModuleList(
             self.mixing if self.views.shared_mixing
@@ -225,17 +225,21 @@ class Process(nn.Module):
         x_neg = x_all[2 * batch_size :].reshape(z_neg.shape) if z_neg is not None else None
         return Batch(z, z_pos, z_neg, x, x_pos, x_neg)
 
+    def view_latents(self, z: Tensor, generator: torch.Generator) -> list[Tensor]:
+        """The latent each view observes for anchors ``z (N, dim)``: z itself for view 1, for each view v >= 2
+        a positive of its own drawn from p(· | z), in view order."""
+        return [z] + [self.conditional.sample(z, generator) for _ in range(self.view_count - 1)]
+
     def _sample_views(self, batch_size: int, generator: torch.Generator) -> Batch:
         """:meth:`sample` with V >= 2 views: anchors z, one positive per view v >= 2, the negatives and their
         positives, each seen through its view's mixing."""
         z = self.marginal.sample(batch_size, generator)
-        latents = [z] + [self.conditional.sample(z, generator) for _ in range(self.view_count - 1)]
+        latents = self.view_latents(z, generator)
         views = tuple(self.mix_view(v, latent) for v, latent in enumerate(latents))
         z_neg = self.negatives.sample(z, self.marginal, generator)
         views_neg = None
         if z_neg is not None:
-            flat = z_neg.reshape(-1, self.dim)
-            seen = [flat] + [self.conditional.sample(flat, generator) for _ in range(self.view_count - 1)]
+            seen = self.view_latents(z_neg.reshape(-1, self.dim), generator)
             views_neg = tuple(self.mix_view(v, latent).reshape(*z_neg.shape[:-1], -1) for v, latent in enumerate(seen))
         return Batch(z, latents[1], z_neg, views[0], views[1], views_neg[0] if views_neg else None, views, views_neg)
 

@@ -287,7 +287,7 @@ def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool
         walls.append(step.wall_s)
         if code is None:
             break
-    if len(walls) < 2 or not record[-1].finished:
+    if not record[-1].finished:  # a pilot stopped: the loop ended there
         steps, a, b = 0, None, None
         why = (f"the {plan.pilots[len(walls) - 1]}-step pilot did not finish within its share of the budget "
                f"({walls[-1]:.0f} s), so no cost per step was measured and no paper-scale run was started; "

@@ -56,9 +56,9 @@ class ViewSample:
 
     def sample_latents(self, n: int, generator: torch.Generator) -> Tensor:
         process = self.process
-        z = process.sample_latents(n, generator)
-        positives = [process.conditional.sample(z, generator) for _ in range(process.view_count - 1)]
-        parts = [z] + [positives[w - 1][:, dims] for w, dims, _ in self.slots]
+        latents = process.view_latents(process.sample_latents(n, generator), generator)
+        z = latents[0]
+        parts = [z] + [latents[w][:, dims] for w, dims, _ in self.slots]
         if self.permuted:
             order = torch.randperm(n, generator=generator, device=generator.device)
             parts.append(z[order][:, process.blocks["content"]])

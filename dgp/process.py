@@ -339,8 +339,9 @@ def load_process(saved: Mapping[str, Any] | str | Path, device: torch.device | s
     """Rebuild a process from :meth:`Process.to_dict`'s mapping or a file :meth:`Process.save` wrote
     (a run's ``dgp.pt``), with its saved parameters loaded.
 
-    The saved parameters, not fresh draws, are used; a fingerprint mismatch means the file was
-    altered and raises a ValueError. A file is read with ``weights_only=True``: one holding
+    The saved parameters, not fresh draws, are used: the process is built as :func:`check_process` builds
+    it (the mixing's condition-number search skipped), then every buffer is loaded from the saved state;
+    a fingerprint mismatch means the file was altered and raises a ValueError. A file is read with ``weights_only=True``: one holding
     anything but tensors and plain containers is refused, so it cannot run code.
     """
     if isinstance(saved, (str, Path)):
@@ -348,7 +349,8 @@ def load_process(saved: Mapping[str, Any] | str | Path, device: torch.device | s
     if not isinstance(saved, Mapping) or any(k not in saved for k in SAVED_KEYS):
         given = sorted(saved) if isinstance(saved, Mapping) else type(saved).__name__
         raise ValueError(f"a saved process is a mapping with keys {', '.join(SAVED_KEYS)}; got {given}")
-    process = Process(saved["config"], saved["seed"])
+    with checks.checking():  # every drawn parameter is a buffer the saved state replaces: skip the costly draws
+        process = Process(saved["config"], saved["seed"])
     try:
         process.load_state_dict(saved["state"])
     except (RuntimeError, TypeError, AttributeError) as exc:

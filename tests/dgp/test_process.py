@@ -73,6 +73,26 @@ def test_state_dict_round_trip_and_load_uses_saved_parameters():
         load_process(tampered)
 
 
+@pytest.mark.parametrize("mixing", ["mlp", "linear", "identity"])
+def test_loading_a_saved_process_draws_nothing(mixing, monkeypatch):
+    """The saved parameters are the process: loading skips the condition-number search (which can take
+    minutes for an unlucky seed) and still gives the very same buffers, fingerprint and observations."""
+    p = dgp.build_process({"space": "box", "conditional": "laplace", "mixing": {**SMALL_MLP, "name": mixing}}
+                          if mixing != "identity" else {"mixing": "identity"}, seed=4)
+    saved = p.to_dict()
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("load_process searched for well-conditioned layers")
+
+    monkeypatch.setattr("dgp.mixing.condition_threshold", no_search)
+    monkeypatch.setattr("dgp.mixing.well_conditioned_matrix", no_search)
+    q = load_process(saved)
+    assert state_equal(p, q) and q.fingerprint() == p.fingerprint()
+    bp, bq = p.sample(32, p.make_generator(1)), q.sample(32, q.make_generator(1))
+    assert all(torch.equal(getattr(bp, f), getattr(bq, f)) for f in ("z", "z_pos", "x", "x_pos"))
+    assert torch.equal(p.mixing.inverse(bp.x), q.mixing.inverse(bq.x))
+
+
 def test_float64_and_inverse():
     p = dgp.build_process({"dtype": "float64", "mixing": SMALL_MLP}, seed=0)
     batch = p.sample(128, p.make_generator(0))

@@ -167,7 +167,8 @@ def test_runs_draw_their_initial_lambda_from_the_root_seed():
     import dgp
 
     def initial(seed, **loss):
-        config = load_config(None, {"seed": seed, "loss.name": "aninfonce", "loss.unit_norm": False, **loss})
+        config = load_config(None, {"seed": seed, "loss.name": "aninfonce", "loss.unit_norm": False,
+                                    "dgp.mixing.cond_draws": 100, **loss})
         process = dgp.build_process(config["dgp"], seed=config["seed"])
         return models(config, process)[1].raw_lambda.detach()
 

@@ -341,8 +341,9 @@ def load_process(saved: Mapping[str, Any] | str | Path, device: torch.device | s
 
     The saved parameters, not fresh draws, are used: the process is built as :func:`check_process` builds
     it (the mixing's condition-number search skipped), then every buffer is loaded from the saved state;
-    a fingerprint mismatch means the file was altered and raises a ValueError. A file is read with ``weights_only=True``: one holding
-    anything but tensors and plain containers is refused, so it cannot run code.
+    a fingerprint mismatch means the file was altered and raises a ValueError. A file is read with
+    ``weights_only=True``: one holding anything but tensors and plain containers is refused, so it cannot
+    run code.
     """
     if isinstance(saved, (str, Path)):
         saved = load_tensors(Path(saved))

@@ -45,12 +45,10 @@ def evaluation_calls(monkeypatch):
 
 @pytest.fixture(scope="session")
 def tiny():
-    """Overrides that make a run take a few seconds: 20 steps, a one-layer encoder, small samples."""
-    return {
-        "dgp.mixing.cond_draws": 200, "encoder.widths": [16], "train.batch_size": 32, "train.steps": 20,
-        "train.log_every": 10, "train.eval_every": 10, "train.checkpoint_every": 10, "eval.n_fit": 64,
-        "eval.n_test": 64, "eval.final_n_fit": 128, "eval.final_n_test": 128, "eval.nonlinear": False,
-    }
+    """The tests' tiny preset (:data:`tests.tiny.TINY`): overrides that make a run take about a second."""
+    from tests.tiny import TINY
+
+    return dict(TINY)
 
 
 @pytest.fixture(scope="session")

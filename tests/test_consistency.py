@@ -17,6 +17,7 @@ def test_the_score_is_one_for_an_affine_map_and_near_zero_for_independent_embedd
     assert abs(consistency_score(h, torch.randn(2000, 3, generator=g, dtype=torch.float64))) < 0.01
 
 
+@pytest.mark.integration
 def test_runs_of_one_process_are_compared_pairwise_beside_their_linear_r2(tmp_path, tiny, capsys):
     runs = {"a": {"seed": 0}, "b": {"seed": 0}, "c": {"seed": 5, "dgp.seed": 0, "train.steps": 1}, "alone": {"seed": 9}}
     for name, overrides in runs.items():

@@ -15,7 +15,7 @@ from identifiable_cl.benchmarks import sections as bench
 from identifiable_cl.packing import batched_by_default
 from identifiable_cl.training import Trainer, run_packed
 from tests.test_packing import configs, losses
-from tests.test_training import tiny_config
+from tests.tiny import tiny_config
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

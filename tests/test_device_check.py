@@ -57,6 +57,7 @@ def test_comparison_against_the_logs():
     assert rows["aninfonce_linear", "r2_linear_in_sample"]["mean"] is None
 
 
+@pytest.mark.integration
 def test_tiny_check_runs_end_to_end_on_the_cpu(tmp_path):
     out = tmp_path / "out"
     code = dc.main([str(out), "--tiny", "--device", "cpu", "--budget", "300", "--work", str(tmp_path / "work"),

@@ -12,7 +12,7 @@ from identifiable_cl.components import load_run
 from identifiable_cl.config import DEFAULTS
 from identifiable_cl.migration import SCHEMA_VERSION, migrate, schema_version
 from identifiable_cl.training import Trainer
-from tests.test_training import tiny_config
+from tests.tiny import tiny_config
 
 
 @pytest.fixture

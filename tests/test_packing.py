@@ -9,7 +9,7 @@ from identifiable_cl.cli import main
 from identifiable_cl.packing import check_packable, pack_key
 from identifiable_cl.components import build
 from identifiable_cl.training import Interrupted, NonFiniteLoss, Trainer, run_packed
-from tests.test_training import TINY, tiny_config
+from tests.tiny import TINY, tiny_config
 
 @pytest.fixture(autouse=True)
 def _no_figures(monkeypatch):
@@ -77,7 +77,7 @@ def test_packed_run_resumes_alone(tmp_path):
 
 
 def test_incompatible_runs_are_refused():
-    a, b = tiny_config(), tiny_config(**{"train.batch_size": 32, "seed": 1})
+    a, b = tiny_config(), tiny_config(**{"train.batch_size": 48, "seed": 1})
     assert pack_key(a) != pack_key(b)
     with pytest.raises(ValueError, match="cannot be packed together.*seed 0 and seed 1"):
         check_packable([build(a), build(b)])
@@ -129,6 +129,7 @@ def test_each_packed_run_has_its_own_wandb_run(tmp_path, monkeypatch):
         assert (tmp_path / f"r{i}" / rundir.SUMMARY).exists()
 
 
+@pytest.mark.integration
 def test_sweep_runs_in_packs_with_a_status_each(tmp_path):
     import yaml
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -22,6 +24,7 @@ def readme_files() -> dict[str, str]:
     return files
 
 
+@pytest.mark.integration
 def test_readme_plugin_builds_and_trains(tmp_path):
     files = readme_files()
     assert set(files) == {"icl-align/pyproject.toml", "icl-align/icl_align/__init__.py"}

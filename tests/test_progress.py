@@ -7,13 +7,9 @@ import sys
 from pathlib import Path
 
 from identifiable_cl.training import format_seconds, progress_line
+from tests.tiny import tiny_args
 
-TINY = {
-    "dgp.mixing.cond_draws": 200, "encoder.widths": [16], "train.batch_size": 32, "train.steps": 20,
-    "train.log_every": 10, "train.eval_every": 10, "train.checkpoint_every": 10, "eval.n_fit": 64,
-    "eval.n_test": 64, "eval.final_n_fit": 128, "eval.final_n_test": 128, "eval.nonlinear": False,
-}
-ARGS = [f"--{k}={v}".replace(" ", "") for k, v in {**TINY, "train.steps": 30, "train.eval_every": 20}.items()]
+ARGS = tiny_args(**{"train.steps": 30, "train.eval_every": 20})
 LINE = re.compile(r"step +(\d+)/30  loss \d+\.\d{4}(  r2 -?\d\.\d{3}  mcc -?\d\.\d{3})?  \d+\.\d steps/s  eta \d+ s")
 
 

@@ -284,6 +284,7 @@ def _tiny_experiment(folder: Path) -> Path:
     return path.parent
 
 
+@pytest.mark.integration
 def test_reproduce_runs_end_to_end_at_tiny_scale(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     folder = _tiny_experiment(tmp_path)

@@ -123,6 +123,7 @@ def test_runs_selects_labels_and_rejects_unknown_ones(tmp_path, capsys):
     assert "has the scales paper, smoke, tiny" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_runs_restricts_the_planned_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     lines: list[str] = []
@@ -136,6 +137,7 @@ def test_runs_restricts_the_planned_runs(tmp_path, monkeypatch):
     assert f", {missing} without data)" in result.markdown.read_text()
 
 
+@pytest.mark.integration
 def test_report_only_reports_the_finished_runs_and_starts_none(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     out = tmp_path / "out"

@@ -211,7 +211,7 @@ def test_sigterm_ends_icl_train_as_interrupted_with_its_checkpoint(tmp_path, tin
 def test_a_run_stopped_between_log_steps_resumes_as_the_uninterrupted_run(tmp_path, monkeypatch):
     """STOP checkpoints the step reached with the loss accumulated since the last log step."""
     from identifiable_cl import training
-    from tests.test_training import tiny_config
+    from tests.tiny import tiny_config
 
     config = {"train.steps": 40, "train.log_every": 10, "train.checkpoint_every": 40}
     full = Trainer.create(tiny_config(**config), tmp_path / "full", progress=False).run()

@@ -9,6 +9,7 @@ import pytest
 
 from identifiable_cl.tracking import Tracker, open_tracker
 from identifiable_cl.tracking.wandb import expand_lists, has_credentials, init_arguments, open_wandb, resolve_mode
+from tests.tiny import TINY
 
 BLOCK, HEADER = 32768, 7
 
@@ -213,21 +214,6 @@ def test_offline_run_logs_records_figures_summary_and_sweep_parameters(tmp_path,
     assert {k: got["summary"][k] for k in summary} == summary
 
 
-TINY = {
-    "dgp.mixing.cond_draws": 200,
-    "encoder.widths": [32, 32],
-    "train.steps": 20,
-    "train.batch_size": 64,
-    "train.log_every": 5,
-    "train.eval_every": 10,
-    "train.checkpoint_every": 10,
-    "eval.n_fit": 256,
-    "eval.n_test": 256,
-    "eval.final_n_fit": 512,
-    "eval.final_n_test": 512,
-    "eval.nonlinear": False,
-    "wandb.tags": ["tracking-test"],
-}
 
 
 def test_trainer_run_logs_exactly_its_own_files(tmp_path, monkeypatch, no_credentials):
@@ -240,7 +226,7 @@ def test_trainer_run_logs_exactly_its_own_files(tmp_path, monkeypatch, no_creden
     from identifiable_cl.training import Trainer
 
     monkeypatch.setenv("WANDB_MODE", "offline")
-    config = load_config(None, TINY)
+    config = load_config(None, {**TINY, "train.log_every": 5, "wandb.tags": ["tracking-test"]})
     run_dir = tmp_path / "run"
     Trainer.create(config, run_dir, progress=False).run()
     wandb.teardown()
@@ -261,13 +247,9 @@ def test_trainer_run_logs_exactly_its_own_files(tmp_path, monkeypatch, no_creden
     assert list(got["run"].tags) == ["tracking-test"] and got["run"].display_name == "run"
 
 
-SWEEP_TINY = {
-    "dgp.mixing.cond_draws": 200, "encoder.widths": [16], "train.batch_size": 32, "train.steps": 20,
-    "train.log_every": 10, "train.eval_every": 10, "train.checkpoint_every": 10, "eval.n_fit": 64,
-    "eval.n_test": 64, "eval.final_n_fit": 128, "eval.final_n_test": 128, "eval.nonlinear": False,
-}
 
 
+@pytest.mark.integration
 def test_a_local_sweep_is_synced_by_one_glob(tmp_path, monkeypatch, no_credentials):
     """The README's ``wandb sync OUT/SWEEP/*/run/wandb/offline-run-*`` names every run once, named by its parameters."""
     import glob
@@ -282,7 +264,7 @@ def test_a_local_sweep_is_synced_by_one_glob(tmp_path, monkeypatch, no_credentia
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_ENTITY", raising=False)
     config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(SWEEP_TINY))
+    config.write_text(yaml.safe_dump(TINY))
     path = tmp_path / "tiny-sweep.yaml"
     path.write_text(yaml.safe_dump({
         "name": "tiny", "method": "grid",

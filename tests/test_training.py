@@ -8,24 +8,8 @@ from identifiable_cl import rundir
 from identifiable_cl.cli import main
 from identifiable_cl.components import load_config
 from identifiable_cl.training import NonFiniteLoss, Trainer
+from tests.tiny import TINY, tiny_config
 
-TINY = {
-    "dgp.mixing.cond_draws": 200,
-    "encoder.widths": [32, 32],
-    "train.batch_size": 64,
-    "train.log_every": 10,
-    "train.eval_every": 50,
-    "train.checkpoint_every": 50,
-    "eval.n_fit": 256,
-    "eval.n_test": 256,
-    "eval.final_n_fit": 512,
-    "eval.final_n_test": 512,
-    "eval.nonlinear": False,
-}
-
-
-def tiny_config(**extra):
-    return load_config(None, {**TINY, **extra})
 
 
 def test_run_directory_contents(tmp_path):
@@ -140,8 +124,8 @@ def test_periodic_and_final_evaluations_use_their_own_centres(tmp_path, evaluati
     seen = evaluation_calls("n_fit", "n_centres")
     config = tiny_config(**{"train.steps": 100, "eval.nonlinear": True, "eval.n_centres": 30, "eval.final_n_centres": 60})
     summary = Trainer.create(config, tmp_path / "run", progress=False).run()
-    assert ("evaluate", 256, 30) in seen and seen.count(("evaluate", 512, 60)) == 1
-    assert ("identity_baseline", 512, 60) in seen
+    assert ("evaluate", 64, 30) in seen and seen.count(("evaluate", 128, 60)) == 1
+    assert ("identity_baseline", 128, 60) in seen
     assert "r2_nonlinear" in summary
 
 
@@ -171,7 +155,7 @@ def test_runs_of_one_process_and_evaluation_measure_the_identity_baseline_once(t
 
 def test_train_figures_false_draws_none(tmp_path, tiny):
     pytest.importorskip("matplotlib")
-    drawn = Trainer.create(load_config(None, tiny), tmp_path / "drawn", progress=False)
+    drawn = Trainer.create(load_config(None, {**tiny, "train.figures": True}), tmp_path / "drawn", progress=False)
     drawn.run()
     bare = Trainer.create(load_config(None, {**tiny, "train.figures": False}), tmp_path / "bare", progress=False)
     bare.run()

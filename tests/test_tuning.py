@@ -93,6 +93,7 @@ def test_the_packaged_experiment_tunes_every_run_with_the_same_budget():
     assert all(e.tuning_sweep(run.label, "smoke")["run_cap"] == 8 for run in e.runs) and sizes
 
 
+@pytest.mark.integration
 def test_tiny_reproduction_tunes_then_runs_the_seeds_with_the_best_values(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("WANDB_MODE", "disabled")

@@ -16,7 +16,7 @@ from identifiable_cl.evaluation.views import ViewSample, evaluate_views
 from identifiable_cl.losses import LOSSES
 from identifiable_cl.packing import batched_step
 from identifiable_cl.training import Trainer, run_packed
-from tests.test_training import TINY
+from tests.tiny import TINY
 from tests.dgp.test_multimodal import MULTIMODAL, multimodal
 
 VIEWS = {
@@ -135,6 +135,7 @@ def test_view_run_resumes_exactly(tmp_path):
     assert all(torch.equal(a["encoder"][k], b["encoder"][k]) for k in a["encoder"])
 
 
+@pytest.mark.integration
 def test_views_pack_in_turn_and_refuse_the_batched_step(tmp_path):
     cfgs = [views_config(**{"train.steps": 20, "train.log_every": 1, "seed": s}) for s in (0, 1)]
     alone = [Trainer.create(c, tmp_path / f"alone{i}", progress=False).run() for i, c in enumerate(cfgs)]

@@ -17,7 +17,7 @@ from identifiable_cl.losses.infonce import InfoNCE
 from identifiable_cl.losses.queue import KeyQueue, QueueOptions
 from identifiable_cl.packing import batched_step
 from identifiable_cl.training import Trainer, information_metrics, run_packed, train_step
-from tests.test_training import tiny_config
+from tests.tiny import tiny_config
 
 QUEUED = {"loss.negatives": "queue", "loss.queue.size": 48, "loss.queue.momentum": 0.9, "train.batch_size": 16}
 
@@ -206,6 +206,7 @@ def test_a_resumed_run_continues_its_queue_exactly(tmp_path):
     assert resumed["mi_infonce_bound"] == full["mi_infonce_bound"]
 
 
+@pytest.mark.integration
 def test_queued_runs_pack_and_step_in_turn(tmp_path):
     cfgs = [tiny_config(**{**QUEUED, "train.steps": 10, "seed": s}) for s in (0, 1)]
     alone = [Trainer.create(c, tmp_path / f"alone{i}", progress=False).run() for i, c in enumerate(cfgs)]

@@ -15,7 +15,7 @@ from identifiable_cl.sweeps.local import read_status
 from identifiable_cl.sweeps.spec import load_sweep
 from identifiable_cl.sweeps.submit import make_executor, submit_offline
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 
 STEPS = 6000
 RUN_ARGS = {"train.steps": STEPS, "train.batch_size": 32, "encoder.widths": [16], "dgp.mixing.cond_draws": 100,

@@ -67,6 +67,7 @@ def test_a_folder_whose_owner_is_gone_is_restarted(tmp_path):
     assert status["owner_pid"] == os.getpid() and isinstance(status["pid"], int) and status["pid"] != os.getpid()
 
 
+@pytest.mark.integration
 def test_killing_only_the_runner_leaves_the_run_owned_by_the_run(tmp_path):
     spec = write_sweep(tmp_path / "s.yaml")
     (run,) = plan_runs(spec, tmp_path / "out")
@@ -120,6 +121,7 @@ def test_group_by_an_unknown_key_is_an_error(tmp_path):
         results([tmp_path / "out"], group_by=["loss.tauu"])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("left", [
     {"state": "running", "exit_code": None},  # its runner was killed
     {"state": "failed", "exit_code": -signal.SIGUSR2},  # a stop signal arrived while its next attempt started

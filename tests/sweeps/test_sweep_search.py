@@ -18,6 +18,7 @@ from identifiable_cl.sweeps.expand import expand
 from identifiable_cl.sweeps.local import read_status
 from identifiable_cl.sweeps.search import read_runs, run_search, run_sweep
 from tests.conftest import engine_or_skip
+from tests.tiny import TINY
 from identifiable_cl.sweeps.spec import load_sweep
 
 FAKE = str(Path(__file__).with_name("fake_train.py"))
@@ -157,6 +158,7 @@ def test_icl_sweep_check_and_dry_run_of_a_bayes_file_check_its_space(tmp_path, c
     assert main(["sweep", "check", str(SWEEPS_DIR / "r24_bayes.yaml")]) == 0
 
 
+@pytest.mark.integration
 def test_hyperband_stops_a_poor_run_and_records_it(tmp_path, monkeypatch):
     engine_or_skip()
     monkeypatch.setenv("FAKE_EVALS", "12")
@@ -182,13 +184,9 @@ def test_hyperband_stops_a_poor_run_and_records_it(tmp_path, monkeypatch):
     assert any("stopped early by hyperband" in r["problem"] for row in rows for r in row["failed_runs"])
 
 
-TINY = {
-    "dgp.mixing.cond_draws": 200, "encoder.widths": [16], "train.batch_size": 32, "train.steps": 20,
-    "train.log_every": 5, "train.eval_every": 5, "train.checkpoint_every": 10, "eval.n_fit": 64,
-    "eval.n_test": 64, "eval.final_n_fit": 128, "eval.final_n_test": 128, "eval.nonlinear": False,
-}
 
 
+@pytest.mark.integration
 def test_a_bayes_search_of_real_icl_train_runs_with_hyperband_then_reports(tmp_path, capsys):
     engine_or_skip()
     path = tmp_path / "real.yaml"

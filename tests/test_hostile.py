@@ -2,10 +2,14 @@
 file at fault (a sweep file: a line per problem), within a time limit (no hang), without a traceback, and with the files it was given unchanged.
 
 A case is ``(argv, files, code, message)``: ``files`` are written into a fresh folder first (the run
-folders of ``RUN``-using cases are trained once per session), ``argv`` runs there as ``icl ...``.
+folders of ``RUN``-using cases are trained once per session), ``argv`` runs there as ``icl ...``: through the
+command line's ``main`` in this process, and for a few cases also as a real ``icl`` process.
 """
 
+import contextlib
+import io
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -134,16 +138,52 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def icl(argv, cwd: Path) -> tuple[int, str]:
-    """``icl argv`` in ``cwd`` with W&B off: its exit code and what it said, asserted to be one line without a
-    traceback (a rejected sweep file: one line, then a line per problem), within the time limit."""
-    done = subprocess.run([sys.executable, "-m", "identifiable_cl.cli", *argv], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT, env={**os.environ, "WANDB_MODE": "disabled"})
-    said = (done.stderr + done.stdout).strip()
+def said_one_line(said: str) -> str:
+    """``said``, asserted to be one line without a traceback (a rejected sweep file: one line, then a line per
+    problem)."""
+    said = said.strip()
     first, *problems = said.splitlines()
     assert "Traceback" not in said and all(line.startswith("  - ") for line in problems), said
     assert not problems or first.endswith("rejected before any run started:"), said
-    return done.returncode, said
+    return said
+
+
+class TookTooLong(Exception):
+    pass
+
+
+def icl(argv, cwd: Path, subprocess_: bool = False) -> tuple[int, str]:
+    """``icl argv`` in ``cwd`` with W&B off, within the time limit: its exit code and what it said
+    (:func:`said_one_line`). In this process through the command line's ``main`` (its output captured), or in a
+    fresh interpreter when ``subprocess_``."""
+    if subprocess_:
+        done = subprocess.run([sys.executable, "-m", "identifiable_cl.cli", *argv], cwd=cwd, capture_output=True,
+                              text=True, timeout=TIMEOUT, env={**os.environ, "WANDB_MODE": "disabled"})
+        return done.returncode, said_one_line(done.stderr + done.stdout)
+    from identifiable_cl.cli import main
+
+    def alarm(signum, frame):
+        raise TookTooLong(f"icl {' '.join(argv)} ran past {TIMEOUT} s")
+
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(TIMEOUT)
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(argv))
+            except SystemExit as exc:  # argparse's own usage errors
+                code = exc.code
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        os.chdir(here)
+    return code, said_one_line(err.getvalue() + out.getvalue())
+
+
+IN_A_FRESH_INTERPRETER = ("alias bomb in a config", "resume of a run another process is writing")
+"""Cases that also run as a real ``icl`` process: its exit code and start-up, not only ``main``'s."""
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -152,9 +192,10 @@ def test_hostile_input_gets_one_clear_line(case, tmp_path):
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     before = snapshot(tmp_path)
-    exit_code, said = icl(argv, tmp_path)
-    assert exit_code == code and message in said, said
-    assert snapshot(tmp_path) == before
+    for fresh in (False, True) if case in IN_A_FRESH_INTERPRETER else (False,):
+        exit_code, said = icl(argv, tmp_path, subprocess_=fresh)
+        assert exit_code == code and message in said, said
+        assert snapshot(tmp_path) == before
 
 
 @pytest.mark.parametrize("case", list(RUN_CASES))
@@ -163,12 +204,13 @@ def test_hostile_use_of_a_run_folder_gets_one_clear_line(case, run):
     lock = prepare(run) if prepare else None
     before = snapshot(run)
     try:
-        exit_code, said = icl(argv, run.parent)
+        for fresh in (False, True) if case in IN_A_FRESH_INTERPRETER else (False,):
+            exit_code, said = icl(argv, run.parent, subprocess_=fresh)
+            assert exit_code == code and message in said, said
+            assert snapshot(run) == before
     finally:
         if lock is not None:
             rundir.unlock(lock)
-    assert exit_code == code and message in said, said
-    assert snapshot(run) == before
 
 
 def test_an_identity_cache_that_is_not_a_folder_is_named_before_anything_is_written(tmp_path, monkeypatch):

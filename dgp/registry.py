@@ -164,6 +164,12 @@ class Registry:
             raise OptionError(tuple(f"{key}.{o}" for o in unknown), f": unknown option(s) for {self.kind} "
                               f"{spec['name']!r}; allowed: {', '.join(allowed) or '(none)'}"
                               + "".join(f"; {note}" for note in spaced))
+        missing = [name for name, p in option_parameters(obj)[0].items()
+                   if p.default is inspect.Parameter.empty and name not in kwargs and name not in options]
+        if missing:
+            docs = option_docs(obj)
+            raise OptionError(tuple(f"{key}.{o}" for o in missing), f": required by {self.kind} {spec['name']!r} "
+                              "and not given" + "".join(f"; {o}: {docs[o]}" for o in missing if o in docs))
         with section(key):
             return obj(*args, **kwargs, **options)
 

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 import dgp
 from dgp.checks import boolean, canonical, fail
+from dgp.registry import option_parameters
 from dgp.seeding import stream_seed
 from identifiable_cl import linear, rundir
 from identifiable_cl.config import (
@@ -106,21 +107,62 @@ def models(config: Mapping[str, Any], process: dgp.Process) -> tuple[nn.Module, 
     """Encoder ``(N, D) -> (N, d)`` and loss on ``d``, initialised from the run's ``model`` and ``loss``
     streams (torch's default generator is seeded from each in turn, and restored afterwards). With views
     and ``encoder.shared: false``, one encoder per view (:class:`identifiable_cl.encoders.ViewEncoders`),
-    initialised in view order from the ``model`` stream."""
+    initialised in view order from the ``model`` stream. ``encoder.normalize: auto`` gives unit-norm outputs
+    (``sphere``) when the loss compares unit vectors (its ``needs_unit_norm``) and none otherwise; the
+    normalisation draws nothing, so the encoder's weights are the same either way."""
     options = {k: v for k, v in config["encoder"].items() if k != "shared"}
     shared = boolean("encoder.shared", config["encoder"].get("shared", True))
     sizes = process.observed_dims
     if shared and len(set(sizes)) > 1:
         fail("encoder.shared", True, f"one encoder for every view needs views of one size; these observe "
              f"{', '.join(map(str, sizes))} dimensions: set encoder.shared to false")
-    with torch.random.fork_rng(devices=[]):
+    auto = options.get("normalize") == AUTO
+
+    def encoders(normalize: str | None) -> nn.Module:
         torch.manual_seed(stream_seed(config["seed"], "model"))
-        encoders = [ENCODERS.build(options, key="encoder", input_dim=size, latent_dim=process.dim)
-                    for size in (sizes[:1] if shared else sizes)]
-        encoder = encoders[0] if len(encoders) == 1 else ViewEncoders(encoders)
+        given = options if normalize is None else {**options, "normalize": normalize}
+        built = [ENCODERS.build(given, key="encoder", input_dim=size, latent_dim=process.dim)
+                 for size in (sizes[:1] if shared else sizes)]
+        return built[0] if len(built) == 1 else ViewEncoders(built)
+
+    with torch.random.fork_rng(devices=[]):
+        encoder = encoders("none" if auto else None)
         torch.manual_seed(stream_seed(config["seed"], "loss"))
         loss = LOSSES.build(config["loss"], key="loss", dim=encoder.output_dim)
+        if auto and getattr(loss, "needs_unit_norm", False):
+            encoder = encoders("sphere")
     return encoder, loss
+
+
+AUTO = "auto"
+"""``encoder.normalize: auto``: the normalisation the loss needs (see :func:`models`)."""
+
+
+def with_cross_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` with the defaults that depend on another component filled in, so that any loss
+    swapped in with ``--loss.name=NAME`` trains on the process it meets: where the process draws separate
+    negatives (``dgp.negatives.name`` not none), a loss, or ensemble member, that takes a ``negatives`` option
+    and sets none uses them (``negatives: independent``). ``encoder.normalize: auto`` is resolved by
+    :func:`check`, which builds the loss."""
+    config = copy.deepcopy(dict(config))
+    if config["dgp"]["negatives"]["name"] != "none":
+        config["loss"] = _independent_negatives(config["loss"])
+    return config
+
+
+def _independent_negatives(spec: Any) -> Any:
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str) or spec["name"] not in LOSSES:
+        return spec  # an unknown or malformed spec: its own check names it
+    spec = dict(spec)
+    if isinstance(spec.get("members"), list):
+        spec["members"] = [_independent_negatives(member) for member in spec["members"]]
+    elif spec["name"] == "ensemble" and "members" not in spec:
+        from identifiable_cl.losses.ensemble import DEFAULT_MEMBERS
+
+        spec["members"] = [_independent_negatives(dict(member)) for member in DEFAULT_MEMBERS]
+    if "negatives" not in spec and "negatives" in option_parameters(LOSSES.get(spec["name"], "loss.name"))[0]:
+        spec["negatives"] = "independent"
+    return spec
 
 
 def check_fit(config: Mapping[str, Any], encoder: nn.Module, loss: nn.Module) -> None:
@@ -243,16 +285,20 @@ def clip_and_step(c: Components) -> None:
     c.optimizer.step()
 
 
-def check(config: Mapping[str, Any]) -> None:
-    """Everything :func:`build` and the first training step would reject, as a ValueError naming the key.
+def check(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything :func:`build` and the first training step would reject, as a ValueError naming the key; the
+    config as it runs (:func:`with_cross_defaults`, and ``encoder.normalize: auto`` resolved).
 
     Builds a checking process (:func:`dgp.check_process`), the encoder and the loss on the
     CPU, applies :func:`check_fit`, then evaluates the loss once on ``min(batch_size, 3)``
     anchors (a batch of one fails for losses that draw negatives from the batch).
     """
     validate(config)
+    config = with_cross_defaults(config)
     process = dgp.check_process(config["dgp"], seed=config["seed"])
     encoder, loss = models(config, process)
+    if config["encoder"].get("normalize") == AUTO:
+        config["encoder"]["normalize"] = "sphere" if getattr(encoder, "unit_norm", False) else "none"
     encoder, loss = encoder.to(process.dtype), loss.to(process.dtype)
     check_fit(config, encoder, loss)
     check_views(config, process, loss)
@@ -268,6 +314,7 @@ def check(config: Mapping[str, Any]) -> None:
         if batch_size == 1:
             fail("train.batch_size", 1, f"the loss needs at least 2 anchors per batch ({exc})")
         raise
+    return config
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> dict[str, Any]:
@@ -285,14 +332,12 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mappi
     if not isinstance(overrides, Mapping):
         overrides = parse_overrides(overrides)
     config = merge_layer(config, overrides, "the command line")
-    check(config)
-    return config
+    return check(config)
 
 
 def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Components:
     """Check ``config`` (:func:`check`), then build process (unless given), encoder, loss and optimizer."""
-    config = copy.deepcopy(dict(config))
-    check(config)
+    config = check(config)
     device = resolve_device(config["device"])
     if config["train"]["threads"] is not None:
         use_threads(config["train"]["threads"])

@@ -116,7 +116,7 @@ SCHEMA: dict[str, Leaf | Section] = {
     "dgp.mixing": Section(DGP_DEFAULTS["mixing"], "mixing g: observations x = g(z)", "mixings"),
     "dgp.views": Section(dict(DGP_VIEWS), "views: single (x = g(z)), or subsets: each view sees its own latent "
                          "blocks through its own mixing (multimodal, multi-view)", "views"),
-    "encoder": Section({"name": "mlp", "widths": [256, 256, 256], "normalize": "none", "shared": True},
+    "encoder": Section({"name": "mlp", "widths": [256, 256, 256], "normalize": "auto", "shared": True},
                        "encoder f: h = f(x); widths null is the reference architecture", "encoders"),
     "loss": Section({"name": "infonce", "similarity": "l1", "tau": 0.1}, "contrastive loss", "losses"),
     "optim.lr": Leaf(2e-3, "float", "Adam learning rate of the encoder", above=0),

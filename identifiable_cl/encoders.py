@@ -77,7 +77,7 @@ class MLPEncoder(nn.Module):
         'activation': 'activation after each hidden layer: leaky_relu, relu, tanh, gelu or silu',
         'slope': '(>= 0) negative slope of leaky_relu',
         'output_dim': '(int >= 1) output dimension, or null for n',
-        'normalize': 'output normalisation: none, sphere (unit norm), learnable_sphere or learnable_box',
+        'normalize': 'output normalisation: none, sphere (unit norm), learnable_sphere or learnable_box; in a run config also auto (the default there): sphere when the loss compares unit vectors, else none',
     }
 
     def __init__(

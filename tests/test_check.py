@@ -12,7 +12,7 @@ from identifiable_cl.components import load_config
 
 BAD = [
     ({"loss.similarity": "cosine", "encoder.normalize": "none"}, "encoder.normalize='none' is invalid"),
-    ({"dgp.negatives.name": "marginal"}, "dgp.negatives.name='marginal' is invalid"),
+    ({"dgp.negatives.name": "marginal", "loss.negatives": "symmetric"}, "dgp.negatives.name='marginal' is invalid"),
     ({"loss.negatives": "independent"}, "dgp.negatives.name='none' is invalid"),
     ({"loss.similarity": "cosin"}, "loss.similarity='cosin' is invalid"),
     ({"loss.tau": -1}, "loss.tau=-1 is invalid"),

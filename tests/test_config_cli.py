@@ -131,7 +131,8 @@ def test_plugins_shows_options_with_defaults_and_docs(capsys):
     assert "dim (set by icl)" in infonce
     vmf = component_block(out, "vmf")
     assert len(vmf) == 1 and vmf[0].startswith("kappa = 1.0") and "concentration" in vmf[0]
-    assert any(line.startswith("members (required)") for line in component_block(out, "ensemble"))
+    assert any(line.startswith("members = [{name: infonce, tau: 1.0}, {name: infonce, tau: 0.1}]")
+               for line in component_block(out, "ensemble"))
     assert component_block(out, "uniform") == []  # a component without options
 
 

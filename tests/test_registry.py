@@ -41,6 +41,22 @@ def test_unknown_option_names_the_key_and_allowed():
         reg.build({"name": "t", "kapa": 2}, key="dgp.conditional")
 
 
+def test_a_required_option_left_out_is_named_with_its_description():
+    reg = Registry("required_test")
+
+    @reg.register("r")
+    class R:
+        OPTION_DOCS = {"parts": "list of the parts it joins"}
+
+        def __init__(self, *, dim: int, parts: list, weight: float = 1.0):
+            self.parts = parts
+
+    with pytest.raises(ValueError, match=r"^loss\.parts: required by required_test 'r' and not given; "
+                                         r"parts: list of the parts it joins$"):
+        reg.build({"name": "r"}, key="loss", dim=3)
+    assert reg.build({"name": "r", "parts": [1]}, key="loss", dim=3).parts == [1]
+
+
 def test_name_clash_is_an_error():
     reg = Registry("clash_test")
     reg.register("x")(type("X1", (), {}))

@@ -30,6 +30,11 @@ def _head_widths(key: str, head: Any) -> list[int] | None:
     return [checks.integer(f"{key}[{j}]", w, minimum=1) for j, w in enumerate(head)]
 
 
+DEFAULT_MEMBERS: tuple[Mapping[str, Any], ...] = ({"name": "infonce", "tau": 1.0}, {"name": "infonce", "tau": 0.1})
+"""The members of ``loss.name: ensemble`` when none are given: two InfoNCE heads (cosine critic) at τ = 1 and
+τ = 0.1 on the same encoder, the simplest of the temperature profiles R24's extension combines."""
+
+
 @LOSSES.register("ensemble")
 class Ensemble(ContrastiveLoss):
     """L = sum_i w_i L_i(p_i(h), p_i(h+), p_i(h-)) over registered losses L_i on one encoder.
@@ -48,7 +53,7 @@ class Ensemble(ContrastiveLoss):
         'lr': 'learning rate of the heads, and of member parameters whose loss sets no lr',
     }
 
-    def __init__(self, *, dim: int, members: Sequence[Mapping[str, Any]], lr: float | None = None):
+    def __init__(self, *, dim: int, members: Sequence[Mapping[str, Any]] = DEFAULT_MEMBERS, lr: float | None = None):
         super().__init__()
         self.dim = check_dim(dim)
         self.lr = check_lr(lr)

@@ -1,8 +1,8 @@
 """Every registered loss, over the choices of its options, obeys the loss interface.
 
 Cases are generated from ``LOSSES.names()``, so a new built-in (or plugin) is exercised as
-soon as it is registered. A loss that cannot be built from defaults alone lists its
-required options in ``REQUIRED``.
+soon as it is registered. A loss whose defaults leave part of it unexercised lists richer
+options in ``RICHER``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dgp.registry import user_options
 from identifiable_cl.losses.base import NEGATIVE_SETS, REDUCTIONS, SIMILARITIES, ContrastiveLoss
 from identifiable_cl.losses import LOSSES
 
-REQUIRED = {
+RICHER = {
     "ensemble": {
         "members": [
             {"name": "infonce", "negatives": "independent"},
@@ -29,7 +29,7 @@ CHOICES = {"similarity": SIMILARITIES, "negatives": NEGATIVE_SETS, "reduction": 
 def cases() -> list:
     out = []
     for name in LOSSES.names():
-        base = {"name": name, **REQUIRED.get(name, {})}
+        base = {"name": name, **RICHER.get(name, {})}
         out.append(pytest.param(base, id=name))
         options = user_options(LOSSES.get(name), exclude={"dim"})
         for option, choices in CHOICES.items():

@@ -27,10 +27,11 @@ from torch import Tensor
 from dgp import checks, truncation
 from dgp.base import Marginal
 from dgp.conditionals.vmf import sample_vmf
+from dgp.defaults import BUILTIN_MODULES
 from dgp.registry import Registry
 from dgp.spaces import Box, Euclidean, Sphere
 
-MARGINALS = Registry("marginals", "dgp.marginal")
+MARGINALS = Registry("marginals", "dgp.marginal", builtins=BUILTIN_MODULES)
 """Latent marginals p(z) by name."""
 
 

@@ -28,9 +28,10 @@ from torch import Tensor
 
 from dgp import checks
 from dgp.base import Mixing
+from dgp.defaults import BUILTIN_MODULES
 from dgp.registry import Registry
 
-MIXINGS = Registry("mixings", "dgp.mixing")
+MIXINGS = Registry("mixings", "dgp.mixing", builtins=BUILTIN_MODULES)
 """Mixing functions g by name."""
 
 CHUNK = 4096

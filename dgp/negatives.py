@@ -29,9 +29,10 @@ from torch import Tensor
 
 from dgp import checks
 from dgp.base import Marginal, Negatives
+from dgp.defaults import BUILTIN_MODULES
 from dgp.registry import Registry
 
-NEGATIVES = Registry("negatives", "dgp.negatives")
+NEGATIVES = Registry("negatives", "dgp.negatives", builtins=BUILTIN_MODULES)
 """Sources of separate negatives by name."""
 
 _CHUNK = 1 << 22

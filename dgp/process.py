@@ -34,21 +34,10 @@ from dgp.marginals import MARGINALS
 from dgp.mixing import MIXINGS
 from dgp.negatives import NEGATIVES
 from dgp.spaces import SPACES
-from dgp.views import SINGLE, VIEWS
+from dgp.defaults import DEFAULT_CONFIG, DTYPE_NAMES
+from dgp.defaults import SINGLE_VIEW as SINGLE
+from dgp.views import VIEWS
 from dgp.seeding import generator as stream_generator
-
-DEFAULT_CONFIG: dict[str, Any] = {
-    "dim": 10,
-    "dtype": "float32",
-    "space": {"name": "box", "low": 0.0, "high": 1.0},
-    "marginal": {"name": "uniform"},
-    "conditional": {"name": "laplace", "scale": 0.1},
-    "negatives": {"name": "none"},
-    "mixing": {"name": "mlp"},
-}
-"""Z21's box setting: uniform latents in [0, 1]^10, Laplace(0.1) positives, a 3-layer invertible MLP.
-
-It is also the default of a run (``identifiable_cl.config.DEFAULTS``)."""
 
 OPTIONAL: dict[str, Any] = {"views": SINGLE}
 """Components a config may set that :data:`DEFAULT_CONFIG` leaves out: a resolved config holds one only
@@ -56,7 +45,7 @@ when it differs from this default, so the configs (and fingerprints) of the proc
 they were."""
 
 COMPONENTS = ("space", "marginal", "conditional", "negatives", "mixing", "views")
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 @dataclass

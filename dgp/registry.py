@@ -17,10 +17,11 @@ from option name to a one-line text (:func:`option_docs`); ``icl config --keys``
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from dgp.checks import OptionError, current_section, section
 
@@ -39,18 +40,21 @@ class Entry:
 class Registry:
     """A mapping from names to components of one kind (e.g. ``"losses"``).
 
-    ``register`` is used as a decorator by built-ins; entry points in the group
-    ``identifiable_cl.<kind>`` are merged in lazily. Unknown names raise a
+    ``register`` is used as a decorator by built-ins; the modules named in ``builtins`` (those that
+    register built-ins) are imported, and entry points in the group ``identifiable_cl.<kind>`` merged
+    in, the first time the registry is queried. Unknown names raise a
     ``ValueError`` that lists the available ones. ``section`` is the config key of
     the components (``loss``, ``dgp.conditional``): a component names its own options
     bare in an :class:`~dgp.checks.OptionError` and the registry keys them in full.
     """
 
-    def __init__(self, kind: str, section: str | None = None):
+    def __init__(self, kind: str, section: str | None = None, builtins: Sequence[str] = ()):
         self.kind = kind
         self.section = section or kind
         self.group = ENTRY_POINT_PREFIX + kind
         self._entries: dict[str, Entry] = {}
+        self._builtins = tuple(builtins)
+        self._builtins_loaded = not self._builtins
         self._entry_points_loaded = False
         REGISTRIES[kind] = self
 
@@ -112,7 +116,16 @@ class Registry:
                 ) from exc
             self._add(ep.name, obj, f"entry point {ep.value} ({source})")
 
+    def load_builtins(self) -> None:
+        """Import the modules named by ``builtins`` (those that register the package's own components), once."""
+        if self._builtins_loaded:
+            return
+        self._builtins_loaded = True
+        for module in self._builtins:
+            importlib.import_module(module)
+
     def _all(self) -> dict[str, Entry]:
+        self.load_builtins()
         self.load_entry_points()
         return self._entries
 

@@ -7,9 +7,10 @@ from torch import Tensor
 
 from dgp import checks
 from dgp.base import Space
+from dgp.defaults import BUILTIN_MODULES
 from dgp.registry import Registry
 
-SPACES = Registry("spaces", "dgp.space")
+SPACES = Registry("spaces", "dgp.space", builtins=BUILTIN_MODULES)
 """Latent spaces by name."""
 
 

@@ -22,13 +22,14 @@ from typing import Any, Mapping, Sequence
 from torch import nn
 
 from dgp import checks
+from dgp.defaults import BUILTIN_MODULES, SINGLE_VIEW
 from dgp.registry import Registry
 
-VIEWS = Registry("views", "dgp.views")
+VIEWS = Registry("views", "dgp.views", builtins=BUILTIN_MODULES)
 """Views components by name."""
 
-SINGLE = {"name": "single"}
-"""The default views component: one view, x = g(z)."""
+SINGLE = SINGLE_VIEW
+"""The default views component: one view, x = g(z) (:data:`dgp.defaults.SINGLE_VIEW`)."""
 
 
 @VIEWS.register("single")

@@ -29,11 +29,14 @@ from typing import Any, Iterable, Mapping, Sequence
 import yaml
 
 from dgp.checks import fail
+from dgp.defaults import DEFAULT_CONFIG as DGP_DEFAULTS
+from dgp.defaults import DTYPE_NAMES
+from dgp.defaults import SINGLE_VIEW as DGP_VIEWS
 from identifiable_cl.arguments import OVERRIDE
-from dgp.process import DEFAULT_CONFIG as DGP_DEFAULTS
-from dgp.process import DTYPES
-from dgp.views import SINGLE as DGP_VIEWS
-from identifiable_cl.linear import BACKENDS as MATMUL_BACKENDS
+
+
+MATMUL_BACKENDS = ("auto", "blas", "onednn")
+"""How the encoder's float32 CPU products run (``train.matmul``; :mod:`identifiable_cl.linear`)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ SCHEMA: dict[str, Leaf | Section] = {
                      "so a sweep over seed at a fixed dgp.seed varies the training only", minimum=0),
     "dgp.dim": Leaf(DGP_DEFAULTS["dim"], "int", "number n of latent (and observed) dimensions", minimum=1),
     "dgp.dtype": Leaf(DGP_DEFAULTS["dtype"], "str", "floating type of the process, encoder and loss",
-                      choices=tuple(DTYPES)),
+                      choices=DTYPE_NAMES),
     "dgp.space": Section(DGP_DEFAULTS["space"], "latent space: sphere, box or euclidean", "spaces"),
     "dgp.marginal": Section(DGP_DEFAULTS["marginal"], "marginal p(z) of the latents", "marginals"),
     "dgp.conditional": Section(DGP_DEFAULTS["conditional"], "conditional p(z+ | z) of the positives", "conditionals"),
@@ -217,62 +220,17 @@ def yaml_text(value: Any) -> str:
     return out[: -len("...")].strip() if out.endswith("\n...") else out
 
 
-def key_listing(components: bool = False) -> str:
-    """Every config key with its default, allowed values and description (for ``icl train --help``).
-
-    With ``components``, a table for ``icl config --keys``: each key's type, default, allowed values
-    and description; each component section's ``name`` with the registered names it allows, followed
-    by the options of its default component with their defaults (the section's, else the component's
-    own) and the description it declares (:func:`dgp.registry.option_docs`).
-    """
-    if not components:
-        lines = []
-        for key, entry in SCHEMA.items():
-            if isinstance(entry, Section):
-                default = ", ".join(f"{k}={v}" for k, v in entry.default.items())
-                lines.append(f"  {key}.name ...  [{default}]  {entry.doc}")
-            else:
-                lines.append(f"  {key}={entry.default!r}  ({entry.describe()})  {entry.doc}")
-        return "\n".join(lines)
-
-    import inspect
-
-    import dgp  # noqa: F401  (registration)
-    import identifiable_cl.encoders  # noqa: F401
-    import identifiable_cl.losses  # noqa: F401
-    from dgp.registry import REGISTRIES, option_docs, option_parameters
-
-    rows = [("KEY", "TYPE", "DEFAULT", "ALLOWED", "DESCRIPTION")]
+def key_listing() -> str:
+    """Every config key with its default, allowed values and description (for ``icl train --help``), from
+    :data:`SCHEMA` alone (nothing is imported; ``icl config --keys`` adds each component's options)."""
+    lines = []
     for key, entry in SCHEMA.items():
-        if isinstance(entry, Leaf):
-            kind = entry.kind[:-1] + " | null" if entry.kind.endswith("?") else entry.kind
-            rows.append((key, kind, yaml_text(entry.default), entry.describe(), entry.doc))
-            continue
-        default = dict(entry.default)
-        registry = REGISTRIES.get(entry.registry)
-        allowed = " | ".join(registry.names()) if registry is not None else "a registered name"
-        rows.append((f"{key}.name", "component", str(default.get("name")), allowed, entry.doc))
-        if registry is None or default.get("name") not in registry:
-            continue
-        obj = registry.get(default["name"])
-        params, _ = option_parameters(obj)
-        docs = option_docs(obj)
-        for option, param in params.items():
-            if option not in default and param.default is inspect.Parameter.empty:
-                continue  # supplied by the caller when the component is built
-            value = default.get(option, param.default)
-            annotation = param.annotation
-            type_ = "" if annotation is inspect.Parameter.empty else getattr(annotation, "__name__", str(annotation))
-            type_ = re.sub(r"\bNone\b", "null", type_)
-            rows.append((f"  {key}.{option}", type_, yaml_text(value), f"option of {default['name']}", docs.get(option, "")))
-        for option in default:
-            if option != "name" and option not in params:
-                doc = SECTION_OPTIONS.get(f"{key}.{option}")
-                of = f"option of {default['name']}" if doc is None else f"option of any {key}"
-                rows.append((f"  {key}.{option}", "", yaml_text(default[option]), of, doc or ""))
-    widths = [min(max(len(row[i]) for row in rows), cap) for i, cap in enumerate((34, 16, 18, 30))]
-    cells = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in rows]
-    return "\n".join(f"  {line}  {row[-1]}".rstrip() for line, row in zip(cells, rows))
+        if isinstance(entry, Section):
+            default = ", ".join(f"{k}={v}" for k, v in entry.default.items())
+            lines.append(f"  {key}.name ...  [{default}]  {entry.doc}")
+        else:
+            lines.append(f"  {key}={entry.default!r}  ({entry.describe()})  {entry.doc}")
+    return "\n".join(lines)
 
 
 def parse_value(text: str) -> Any:

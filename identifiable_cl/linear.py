@@ -33,7 +33,9 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
-BACKENDS = ("auto", "blas", "onednn")
+from identifiable_cl.config import MATMUL_BACKENDS
+
+BACKENDS = MATMUL_BACKENDS
 
 _BLAS_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("icl_blas_only", default=False)
 

@@ -11,6 +11,17 @@ def test_version_and_help():
     assert out.returncode == 0 and "train" in out.stdout and "plugins" in out.stdout
 
 
+def test_the_help_of_icl_and_icl_train_imports_no_torch():
+    """The key listing comes from the config schema alone: a help screen starts no torch, numpy or dgp process."""
+    probe = ("import sys\nfrom identifiable_cl.cli import main\n"
+             "for argv in (['--help'], ['train', '--help']):\n"
+             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+             "print(sorted(m for m in ('torch', 'numpy', 'dgp.process', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0 and "train.steps=3000" in out.stdout, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-300:]
+
+
 def test_plugins_lists_every_kind(capsys):
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out

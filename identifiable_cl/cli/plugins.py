@@ -38,11 +38,13 @@ def option_lines(kind: str, obj: Any) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dgp  # noqa: F401  (registration)
+    import dgp
     import identifiable_cl.encoders  # noqa: F401
     import identifiable_cl.evaluation  # noqa: F401
     import identifiable_cl.losses  # noqa: F401
     from dgp.registry import REGISTRIES
+
+    dgp.load_builtins()
 
     kinds = sorted(REGISTRIES)
     if args.kind is not None:

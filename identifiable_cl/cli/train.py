@@ -13,9 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from identifiable_cl import arguments
 from identifiable_cl.cli import VERBS
-from identifiable_cl.cli.tables import results_table
 from identifiable_cl.config import key_listing, parse_overrides
-from identifiable_cl.components import load_config
 
 def default_run_dir(out: Path, config: Mapping[str, Any]) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -51,6 +49,7 @@ def train_pack(runs: Sequence[tuple[Mapping[str, Any], Path, str | None]]) -> li
 
     Everything is built and checked to fit one pack before any run directory is written.
     """
+    from identifiable_cl.cli.tables import results_table
     from identifiable_cl.components import build
     from identifiable_cl.packing import check_packable
     from identifiable_cl.training import Trainer, run_packed
@@ -75,6 +74,8 @@ def cmd_train_packed(args: argparse.Namespace, overrides: Mapping[str, Any]) -> 
     """``icl train ... --pack-seeds S``: one run per seed, trained as one pack (``identifiable_cl.packing``)."""
     if args.resume or args.run_dir:
         raise ValueError("--pack-seeds starts new runs under --out; it takes neither --resume nor --run-dir")
+    from identifiable_cl.components import load_config
+
     configs = [load_config(args.config, {**overrides, "seed": seed}) for seed in parse_seeds(args.pack_seeds)]
     results = train_pack([(config, default_run_dir(Path(args.out), config), None, None) for config in configs])
     return 1 if any(isinstance(r, BaseException) for r in results) else 0
@@ -90,6 +91,7 @@ def cmd_train_pack_file(args: argparse.Namespace) -> int:
     """
     import json
 
+    from identifiable_cl.components import load_config
     from identifiable_cl.rundir import write_json
 
     try:
@@ -154,7 +156,8 @@ def stoppable():
 
 
 def run(args: argparse.Namespace) -> int:
-    from identifiable_cl.components import use_threads
+    from identifiable_cl.cli.tables import results_table
+    from identifiable_cl.components import load_config, use_threads
     from identifiable_cl.training import Trainer
 
     use_threads()

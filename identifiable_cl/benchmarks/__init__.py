@@ -2,9 +2,19 @@
 
 :mod:`identifiable_cl.benchmarks.sections` holds the sections of ``icl bench`` (sampling,
 evaluation, loss, training, precision, packing, overhead); :mod:`identifiable_cl.benchmarks.evaluation`
-the evaluation metrics' speed and accuracy against scikit-learn's kernel ridge search.
+the evaluation metrics' speed and accuracy against scikit-learn's kernel ridge search;
+:mod:`identifiable_cl.benchmarks.overhead` times a short run part by part in a fresh process. The names below
+load on first use, so that the overhead probe's own start imports nothing it measures.
 """
 
-from identifiable_cl.benchmarks.sections import DEVICES, SECTIONS, run_bench
+from typing import Any
 
 __all__ = ["DEVICES", "SECTIONS", "run_bench"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module 'identifiable_cl.benchmarks' has no attribute {name!r}")
+    from identifiable_cl.benchmarks import sections
+
+    return getattr(sections, name)

@@ -21,9 +21,10 @@
   one batched pack (``identifiable_cl.packing``) against the same K runs stepped one after
   the other, on the default config and on R24's setting (reference encoder, batch 1000):
   aggregate run-steps/s of both and their ratio.
-- overhead: what a run costs besides training, each a fresh ``icl`` process with W&B off: ``icl --help``
-  and ``icl train --help``; a 1-step default run, alone and as a later run of a sweep does it (identity
-  baseline shared, ``train.figures`` false); the default run's wall time per step against its encoder's own
+- overhead: what a run costs besides training, each a fresh process: ``icl --help`` and ``icl train --help``;
+  a 1-step default run with W&B disabled and offline, each part by part (:mod:`identifiable_cl.benchmarks.overhead`)
+  against its target (:data:`TARGETS_S`), and as a later run of a sweep does it (identity baseline shared,
+  ``train.figures`` false); the default run's wall time per step against its encoder's own
   forward+backward+Adam step.
 Every section runs on one device (``icl bench --device``; default CUDA when present), except
 the scikit-learn side of the evaluation section, which is CPU code. All ratios are measured side
@@ -441,34 +442,79 @@ def _wall(argv: list[str], env: dict[str, str], reps: int = 1) -> float:
     return statistics.median(times)
 
 
+TARGETS_S = {"train_help_s": 1.0, "one_step_s": 4.0, "one_step_offline_s": 6.0}
+"""The fixed costs a run aims at (seconds, on 2 CPU cores): ``icl train --help``, a 1-step default run with W&B
+disabled and with W&B offline (figures on, the published evaluation sizes)."""
+
+
+def one_step_parts(run_dir: Path, env: dict[str, str], *options: str) -> dict[str, float]:
+    """A 1-step default run (with ``options``) in a fresh process, timed part by part
+    (:mod:`identifiable_cl.benchmarks.overhead`): each part's seconds, ``interpreter`` (the interpreter's own
+    start and exit, torch's teardown included: the process's wall time less what it timed inside) and ``wall``."""
+    import json
+
+    argv = [sys.executable, "-m", "identifiable_cl.benchmarks.overhead", str(run_dir), "--train.steps=1", *options]
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise ValueError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    parts = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**{k: v for k, v in parts.items() if k != "exit_code"}, "interpreter": wall - parts["total"], "wall": wall}
+
+
+def _parts_line(parts: dict[str, float]) -> str:
+    from identifiable_cl.benchmarks.overhead import PARTS
+
+    return "  ".join(f"{p} {parts[p]:.2f}" for p in ("interpreter", *PARTS))
+
+
 def bench_overhead(steps: int = 3000, device: torch.device | None = None,
-                   print_fn: Callable[[str], None] = print) -> dict[str, float]:
-    """Seconds of ``icl --help``, ``icl train --help`` and 1-step default runs (alone; sharing the identity
-    baseline with figures off), and the ratio of a ``steps``-step default run's wall time per step to the
-    encoder's own step on its batch (the run's floor)."""
+                   print_fn: Callable[[str], None] = print) -> dict[str, Any]:
+    """Seconds of ``icl --help``, ``icl train --help`` and 1-step default runs (W&B disabled and offline, each part
+    by part; as a later run of a sweep: identity baseline shared, figures off), each against its target
+    (:data:`TARGETS_S`), and the ratio of a ``steps``-step default run's wall time per step to the encoder's own
+    step on its batch (the run's floor)."""
     from identifiable_cl.components import build, load_config
     from identifiable_cl.rundir import IDENTITY_CACHE
 
     device = device or bench_device()
     icl = [sys.executable, "-m", "identifiable_cl.cli"]
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "WANDB_MODE": "disabled", IDENTITY_CACHE: str(Path(tmp) / "identity")}
+        env = {**os.environ, "WANDB_MODE": "disabled", IDENTITY_CACHE: str(Path(tmp) / "identity"),
+               "WANDB_DIR": tmp, "WANDB_SILENT": "true"}
 
         def train(name: str, *options: str) -> float:
             return _wall([*icl, "train", "--quiet", f"--device={device}", "--run-dir", str(Path(tmp) / name),
                           *options], env)
 
-        out = {"help_s": _wall([*icl, "--help"], env, 3), "train_help_s": _wall([*icl, "train", "--help"], env, 3),
-               "one_step_s": train("one", "--train.steps=1"),
-               "one_step_shared_s": train("later", "--train.steps=1", "--train.figures=false"),
-               "run_s": train("run", f"--train.steps={steps}")}
+        out: dict[str, Any] = {"help_s": _wall([*icl, "--help"], env, 3),
+                               "train_help_s": _wall([*icl, "train", "--help"], env, 3)}
+        alone = {k: v for k, v in env.items() if k != IDENTITY_CACHE}
+        out["parts"] = one_step_parts(Path(tmp) / "one", alone, f"--device={device}")
+        out["parts_offline"] = one_step_parts(Path(tmp) / "offline", {**alone, "WANDB_MODE": "offline"},
+                                              f"--device={device}")
+        out["one_step_s"], out["one_step_offline_s"] = out["parts"]["wall"], out["parts_offline"]["wall"]
+        train("first", "--train.steps=1", "--train.figures=false")  # fills the shared identity baseline
+        out["one_step_shared_s"] = train("later", "--train.steps=1", "--train.figures=false")
+        out["run_s"] = train("run", f"--train.steps={steps}")
     floor = encoder_own_step(build(load_config(None, {"device": str(device)})))
     out["floor_ms"] = timed(floor, 20, device=device) * 1e3
     out["run_over_floor"] = out["run_s"] / steps / (out["floor_ms"] / 1e3)
-    print_fn(f"\nper-run overhead on {device} (fresh icl processes, W&B off)")
-    print_fn(f"icl --help {out['help_s']:.2f} s, icl train --help {out['train_help_s']:.2f} s")
-    print_fn(f"1-step default run {out['one_step_s']:.2f} s; as a later run of a sweep (identity baseline shared, "
-             f"no figures) {out['one_step_shared_s']:.2f} s")
+
+    def against(key: str) -> str:
+        return f"{out[key]:.2f} s (target {TARGETS_S[key]:g} s: {'met' if out[key] <= TARGETS_S[key] else 'missed'})"
+
+    print_fn(f"\nper-run overhead on {device} (fresh processes)")
+    print_fn(f"icl --help {out['help_s']:.2f} s, icl train --help {against('train_help_s')}")
+    for key, parts, mode in (("one_step_s", "parts", "disabled"), ("one_step_offline_s", "parts_offline", "offline")):
+        print_fn(f"1-step default run, W&B {mode}: {against(key)}")
+        print_fn(f"  parts (s): {_parts_line(out[parts])}")
+        if out[key] > TARGETS_S[key]:
+            largest = sorted(((v, p) for p, v in out[parts].items() if p not in ("total", "wall")), reverse=True)[:3]
+            print_fn("  largest: " + ", ".join(f"{p} {v:.2f} s" for v, p in largest))
+    print_fn(f"as a later run of a sweep (identity baseline shared, no figures, W&B disabled) "
+             f"{out['one_step_shared_s']:.2f} s")
     print_fn(f"{steps}-step default run {out['run_s']:.1f} s: {out['run_s'] / steps * 1e3:.1f} ms per step, "
              f"{out['run_over_floor']:.2f}x its encoder's own step ({out['floor_ms']:.1f} ms)")
     return out

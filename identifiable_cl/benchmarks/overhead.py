@@ -1,0 +1,68 @@
+"""Where a short run's wall time goes: ``python -m identifiable_cl.benchmarks.overhead RUN_DIR [ICL_TRAIN_ARGS ...]``.
+
+Runs ``icl train --run-dir RUN_DIR --quiet ICL_TRAIN_ARGS`` in this fresh process and prints, as one JSON
+object on the last line, the seconds of each part: ``imports`` (the command line's modules, torch included),
+``build`` (config check, process, encoder, loss and the optimizer, whose first use imports torch's compiler
+package), ``identity`` (the identity baseline g(z)), ``steps`` (the training steps), ``evaluation`` (held-out
+evaluations, the final one included), ``figures``, ``wandb`` (W&B's start and finish; 0 when disabled) and
+``rest`` (what the run does besides: files, checks, the summary table), with ``total`` the sum. Each part is
+timed around the one function of :mod:`identifiable_cl.training` that does it. The interpreter's own start
+is not included: ``icl bench --only overhead`` adds it from the wall time of the whole process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+PARTS = ("imports", "build", "identity", "steps", "evaluation", "figures", "wandb", "rest")
+
+
+def _timed(parts: dict[str, float], part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            parts[part] += time.perf_counter() - started
+
+    return timed
+
+
+def main(argv: list[str]) -> int:
+    started = time.perf_counter()
+    from identifiable_cl import training
+    from identifiable_cl.cli import main as icl
+
+    parts: dict[str, float] = defaultdict(float)
+    parts["imports"] = time.perf_counter() - started
+    opened = training.open_tracker
+
+    def open_tracker(*args: Any, **kwargs: Any) -> Any:
+        tracker = _timed(parts, "wandb", opened)(*args, **kwargs)
+        tracker.finish = _timed(parts, "wandb", tracker.finish)
+        return tracker
+
+    wrapped = {name: _timed(parts, part, getattr(training, name)) for name, part in (
+        ("build", "build"), ("shared_identity", "identity"), ("train_step", "steps"), ("evaluate", "evaluation"),
+        ("draw_figures_if_possible", "figures"))}
+    wrapped["open_tracker"] = open_tracker
+    originals = {name: getattr(training, name) for name in wrapped}
+    try:
+        for name, fn in wrapped.items():
+            setattr(training, name, fn)
+        code = icl(["train", "--quiet", "--run-dir", *argv])
+    finally:
+        for name, fn in originals.items():
+            setattr(training, name, fn)
+    total = time.perf_counter() - started
+    parts["rest"] = total - sum(parts[p] for p in PARTS if p != "rest")
+    print(json.dumps({**{p: round(parts[p], 4) for p in PARTS}, "total": round(total, 4), "exit_code": code}))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -73,6 +73,10 @@ def test_overhead_section_reports_fresh_processes():
         assert sum(named.values()) == pytest.approx(parts["wall"], rel=1e-3)
     assert out["parts"]["wandb"] < 0.01 < out["parts_offline"]["wandb"]
     assert sum(line.startswith("  parts (s): interpreter ") for line in lines) == 2
+    if out["one_step_s"] > bench.TARGETS_S["one_step_s"]:
+        fit = out["nonlinear_fit"]
+        assert fit["gflop"] == pytest.approx(3 * 2 * 2 * 16384 * 1000**2 / 1e9) and fit["seconds"] > 0
+        assert any(line.startswith("  why: the identity baseline and the final evaluation") for line in lines)
 
 
 def test_the_overhead_probe_times_each_part_of_a_run(tmp_path, capsys):

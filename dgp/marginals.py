@@ -88,7 +88,7 @@ class UniformMarginal(_Marginal):
             v = sample_vmf(z.repeat_interleave(num, dim=0), kappa.repeat_interleave(num), generator)
             return (r * v).view(batch, num, n)
         rate = (beta * z).unsqueeze(1).expand(batch, num, n)
-        return truncation.truncated_exponential(rate, self.space.low, self.space.high, generator)
+        return truncation.truncated_exponential(rate, self.space.low, self.space.high, generator, check=False)
 
     def describe(self) -> str:
         return f"the uniform distribution on {self.space.describe()}"
@@ -156,7 +156,7 @@ class NormalMarginal(_LocationScale):
         return truncation.normal(loc, self.scale, generator)
 
     def _truncated(self, loc: Tensor, low: float, high: float, generator: torch.Generator) -> Tensor:
-        return truncation.truncated_normal(loc, self.scale, low, high, generator)
+        return truncation.truncated_normal(loc, self.scale, low, high, generator, check=False)
 
     def sample_tilted(self, z: Tensor, beta: float, num: int, generator: torch.Generator) -> Tensor:
         """``(B, num, n)`` exact draws of q ∝ exp(β zᵀz⁻) N(z⁻; loc, s²I) = N(loc + β s² z, s²I).
@@ -179,7 +179,7 @@ class LaplaceMarginal(_LocationScale):
         return truncation.laplace(loc, self.scale, generator)
 
     def _truncated(self, loc: Tensor, low: float, high: float, generator: torch.Generator) -> Tensor:
-        return truncation.truncated_laplace(loc, self.scale, low, high, generator)
+        return truncation.truncated_laplace(loc, self.scale, low, high, generator, check=False)
 
     def _plain_tilt_limit(self) -> float:
         """exp(-|x - loc|/scale + t x) has finite mass on R iff |t| < 1/scale."""
@@ -210,7 +210,7 @@ class GenNormMarginal(_LocationScale):
         return truncation.gennorm(loc, self.scale, self.p, generator)
 
     def _truncated(self, loc: Tensor, low: float, high: float, generator: torch.Generator) -> Tensor:
-        return truncation.truncated_gennorm(loc, self.scale, self.p, low, high, generator)
+        return truncation.truncated_gennorm(loc, self.scale, self.p, low, high, generator, check=False)
 
     def _plain_tilt_limit(self) -> float:
         """exp(-|(x - loc)/scale|^p + t x) on R: finite for every t when p > 1, for |t| < 1/scale when p = 1

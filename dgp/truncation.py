@@ -9,7 +9,8 @@ With the standardised variable y = (x - loc) / scale the laws are
 
 Every function works elementwise: ``loc`` (any shape, e.g. ``(B, n)``, one location per sample and
 coordinate) fixes the shape, dtype and device of the result; ``scale``, ``low`` and ``high`` are floats or
-tensors broadcastable to it. Truncated draws are computed in float64 and clamped, in the output dtype, to
+tensors broadcastable to it. The values are checked unless ``check=False`` (a component that checked its
+parameters when it was built draws without making a GPU wait for the check). Truncated draws are computed in float64 and clamped, in the output dtype, to
 [low, high], so no draw ever leaves the interval; bounds may be infinite.
 
 Methods: normal and Laplace by the inverse CDF on the lower tail: the interval is mirrored so that its
@@ -38,8 +39,10 @@ def _uniform(shape: torch.Size | tuple[int, ...], generator: torch.Generator, de
     return torch.rand(shape, generator=generator, device=device, dtype=torch.float64).clamp_(min=2.0**-80)
 
 
-def _prepare(loc: Tensor, scale, low, high) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``loc``, ``scale``, ``low``, ``high`` as broadcast float64 tensors; ValueError on bad input."""
+def _prepare(loc: Tensor, scale, low, high, check: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``loc``, ``scale``, ``low``, ``high`` as broadcast float64 tensors; with ``check``, a ValueError on bad
+    values. Inspecting tensor values makes a GPU wait, so the components that draw every step check their
+    parameters once, when they are built, and pass ``check=False``."""
     if not torch.is_tensor(loc):
         raise ValueError(f"loc must be a tensor, got {type(loc).__name__}")
     dev = loc.device
@@ -47,12 +50,13 @@ def _prepare(loc: Tensor, scale, low, high) -> tuple[Tensor, Tensor, Tensor, Ten
     scale64 = torch.as_tensor(scale, dtype=torch.float64, device=dev)
     low64 = torch.as_tensor(low, dtype=torch.float64, device=dev)
     high64 = torch.as_tensor(high, dtype=torch.float64, device=dev)
-    if not bool(torch.isfinite(loc64).all()):
-        raise ValueError("loc (or rate) must be finite")
-    if not bool(((scale64 > 0) & torch.isfinite(scale64)).all()):
-        raise ValueError(f"scale must be finite and > 0, got {scale!r}")
-    if bool(torch.isnan(low64).any() | torch.isnan(high64).any()) or not bool((low64 < high64).all()):
-        raise ValueError(f"need low < high, got low={low!r}, high={high!r}")
+    if check:
+        if not bool(torch.isfinite(loc64).all()):
+            raise ValueError("loc (or rate) must be finite")
+        if not bool(((scale64 > 0) & torch.isfinite(scale64)).all()):
+            raise ValueError(f"scale must be finite and > 0, got {scale!r}")
+        if bool(torch.isnan(low64).any() | torch.isnan(high64).any()) or not bool((low64 < high64).all()):
+            raise ValueError(f"need low < high, got low={low!r}, high={high!r}")
     return torch.broadcast_tensors(loc64, scale64, low64, high64)
 
 
@@ -149,36 +153,39 @@ def _normal_lower_quantile(a: Tensor, b: Tensor, u: Tensor) -> Tensor:
 
     p = Φ(a) + u·(Φ(b) - Φ(a)), y = Φ^{-1}(p); where Φ(b) underflows the same is done in log space,
     log p = log Φ(b) + log1p((1-u)·expm1(log Φ(a) - log Φ(b))), inverted by Newton steps on log Φ.
+    Both forms are computed for every element and the log-space one kept where Φ(b) < 1e-290 (elementwise,
+    so each element's value is what it would be alone; no data-dependent branch, so a GPU never waits). The
+    log-space form is evaluated at a safe interval where it is not used, so that it produces no NaN there.
     """
     cdf_a, cdf_b = _ndtr(a), _ndtr(b)
     y = torch.special.ndtri(cdf_a + u * (cdf_b - cdf_a))
     far = cdf_b < 1e-290
-    if bool(far.any()):
-        log_a, log_b = torch.special.log_ndtr(a[far]), torch.special.log_ndtr(b[far])
-        lp = log_b + torch.log1p((1.0 - u[far]) * torch.expm1(log_a - log_b))
-        s = -2.0 * lp
-        t = -torch.sqrt(s - torch.log(s) - 2.0 * _HALF_LOG_2PI)
-        for _ in range(6):
-            log_cdf = torch.special.log_ndtr(t)
-            t = t - (log_cdf - lp) * torch.exp(log_cdf + 0.5 * t * t + _HALF_LOG_2PI)
-        y[far] = t
+    a_far, b_far = torch.where(far, a, -40.0), torch.where(far, b, -39.0)
+    log_a, log_b = torch.special.log_ndtr(a_far), torch.special.log_ndtr(b_far)
+    lp = log_b + torch.log1p((1.0 - u) * torch.expm1(log_a - log_b))
+    s = -2.0 * lp
+    t = -torch.sqrt(s - torch.log(s) - 2.0 * _HALF_LOG_2PI)
+    for _ in range(6):
+        log_cdf = torch.special.log_ndtr(t)
+        t = t - (log_cdf - lp) * torch.exp(log_cdf + 0.5 * t * t + _HALF_LOG_2PI)
+    y = torch.where(far, t, y)
     return torch.minimum(torch.maximum(y, a), b)
 
 
-def truncated_normal(loc: Tensor, scale, low, high, generator: torch.Generator) -> Tensor:
+def truncated_normal(loc: Tensor, scale, low, high, generator: torch.Generator, check: bool = True) -> Tensor:
     """Draws of N(loc, scale²) truncated to [low, high] by the inverse CDF (float64, lower-tail form)."""
-    loc64, scale64, low64, high64 = _prepare(loc, scale, low, high)
+    loc64, scale64, low64, high64 = _prepare(loc, scale, low, high, check)
     flip, a, b = _mirror((low64 - loc64) / scale64, (high64 - loc64) / scale64, lower=True)
     y = _normal_lower_quantile(a, b, _uniform(a.shape, generator, a.device))
     return _finish(loc64 + scale64 * torch.where(flip, -y, y), low64, high64, loc.dtype)
 
 
-def truncated_laplace(loc: Tensor, scale, low, high, generator: torch.Generator) -> Tensor:
+def truncated_laplace(loc: Tensor, scale, low, high, generator: torch.Generator, check: bool = True) -> Tensor:
     """Draws of Laplace(loc, scale) truncated to [low, high] by the inverse CDF in log space.
 
     Standard CDF F(y) = e^y/2 (y <= 0), 1 - e^{-y}/2 (y > 0); sampled on the mirrored interval (centre <= 0).
     """
-    loc64, scale64, low64, high64 = _prepare(loc, scale, low, high)
+    loc64, scale64, low64, high64 = _prepare(loc, scale, low, high, check)
     flip, a, b = _mirror((low64 - loc64) / scale64, (high64 - loc64) / scale64, lower=True)
     log_half = math.log(0.5)
 
@@ -194,22 +201,23 @@ def truncated_laplace(loc: Tensor, scale, low, high, generator: torch.Generator)
     return _finish(loc64 + scale64 * torch.where(flip, -y, y), low64, high64, loc.dtype)
 
 
-def truncated_exponential(rate: Tensor, low, high, generator: torch.Generator) -> Tensor:
+def truncated_exponential(rate: Tensor, low, high, generator: torch.Generator, check: bool = True) -> Tensor:
     """Draws with density ∝ exp(rate·x) on [low, high] (any sign of ``rate``; uniform where it is 0).
 
     ``rate`` fixes shape and dtype; the bound the density decreases towards may be infinite.
     """
-    rate64, _, low64, high64 = _prepare(rate, 1.0, low, high)
+    rate64, _, low64, high64 = _prepare(rate, 1.0, low, high, check)
     rho = rate64.abs()
     width = high64 - low64
-    if bool(((rho == 0) & torch.isinf(width)).any()):
+    if check and bool(((rho == 0) & torch.isinf(width)).any()):
         raise ValueError("a zero rate needs finite bounds")
     start = torch.where(rate64 > 0, high64, low64)
     delta = exponential_offset(rho, width, _uniform(rate64.shape, generator, rate64.device))
     return _finish(torch.where(rate64 > 0, start - delta, start + delta), low64, high64, rate.dtype)
 
 
-def truncated_gennorm(loc: Tensor, scale, p: float, low, high, generator: torch.Generator) -> Tensor:
+def truncated_gennorm(loc: Tensor, scale, p: float, low, high, generator: torch.Generator,
+                      check: bool = True) -> Tensor:
     """Draws of the generalized normal (density ∝ exp(-|(x - loc)/scale|^p)) truncated to [low, high].
 
     Exact rejection, vectorised over coordinates (see the module docstring); for a given p the acceptance rate
@@ -218,7 +226,7 @@ def truncated_gennorm(loc: Tensor, scale, p: float, low, high, generator: torch.
     if not (isinstance(p, (int, float)) and math.isfinite(p) and p > 0):
         raise ValueError(f"p must be a finite number > 0, got {p!r}")
     p = float(p)
-    loc64, scale64, low64, high64 = _prepare(loc, scale, low, high)
+    loc64, scale64, low64, high64 = _prepare(loc, scale, low, high, check)
     flip, a, b = _mirror((low64 - loc64) / scale64, (high64 - loc64) / scale64, lower=False)
     y = _standard_gennorm_interval(a.reshape(-1), b.reshape(-1), p, generator).view(a.shape)
     return _finish(loc64 + scale64 * torch.where(flip, -y, y), low64, high64, loc.dtype)

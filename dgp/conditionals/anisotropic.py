@@ -114,7 +114,8 @@ class Anisotropic(Conditional):
     def sample(self, z: Tensor, generator: torch.Generator) -> Tensor:
         if isinstance(self.space, Box):
             self.acceptance_rate = 1.0
-            return truncated_normal(z, self.lam.to(z).rsqrt(), self.space.low, self.space.high, generator)
+            return truncated_normal(z, self.lam.to(z).rsqrt(), self.space.low, self.space.high, generator,
+                                    check=False)
         if isinstance(self.space, Euclidean):
             self.acceptance_rate = 1.0
             return normal(z, self.lam.to(z).rsqrt(), generator)

@@ -106,7 +106,7 @@ class NormalConditional(_Isotropic):
         return truncation.normal(z, self.sigma, generator)
 
     def _truncated(self, z: Tensor, low: float, high: float, generator: torch.Generator) -> Tensor:
-        return truncation.truncated_normal(z, self.sigma, low, high, generator)
+        return truncation.truncated_normal(z, self.sigma, low, high, generator, check=False)
 
     def describe(self) -> str:
         return f"normal around z with sigma={self.sigma:g}{self._where()}"
@@ -134,7 +134,7 @@ class LaplaceConditional(_Isotropic):
         return truncation.laplace(z, self.scale, generator)
 
     def _truncated(self, z: Tensor, low: float, high: float, generator: torch.Generator) -> Tensor:
-        return truncation.truncated_laplace(z, self.scale, low, high, generator)
+        return truncation.truncated_laplace(z, self.scale, low, high, generator, check=False)
 
     def describe(self) -> str:
         return f"Laplace around z with scale (lambda)={self.scale:g}{self._where()}"
@@ -166,7 +166,7 @@ class GenNormConditional(_Isotropic):
         return truncation.gennorm(z, self.scale, self.p, generator)
 
     def _truncated(self, z: Tensor, low: float, high: float, generator: torch.Generator) -> Tensor:
-        return truncation.truncated_gennorm(z, self.scale, self.p, low, high, generator)
+        return truncation.truncated_gennorm(z, self.scale, self.p, low, high, generator, check=False)
 
     def describe(self) -> str:
         return f"generalized normal around z with scale={self.scale:g}, p={self.p:g}{self._where()}"

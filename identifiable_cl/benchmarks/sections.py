@@ -12,8 +12,8 @@
   the loss's peak extra memory, measured in a fresh process.
 - training: steps/s of the full training step at batch 1024 and 6144, and the
   share of step time spent outside the encoder's own forward + backward +
-  optimizer step (sampling, mixing, loss, bookkeeping); target under 15 %. On CUDA
-  also the host synchronisations of one step (:func:`host_syncs`).
+  optimizer step (sampling, mixing, loss, bookkeeping); target under 15 %; and the host synchronisations
+  of one step (:func:`host_syncs`: on CUDA those torch reports, on the CPU those the package's code issues).
 - precision: the reference encoder's training step at batch 1000 under
   ``train.precision`` bf16 against fp32 (torch's BLAS), and fp32 through oneDNN
   (``train.matmul``).
@@ -128,11 +128,14 @@ def timed(fn: Callable[[], Any], reps: int, warmup: int = 2, device: torch.devic
     return interleaved([fn], reps, warmup, device)[0]
 
 
-def host_syncs(fn: Callable[[], Any], device: torch.device) -> int | None:
+def host_syncs(fn: Callable[[], Any], device: torch.device) -> int:
     """How many times one call of ``fn`` makes the host wait for the CUDA device (the waits torch's
-    sync debug mode reports: ``.item()``, ``nonzero``, a tensor's truth value ...); None off CUDA."""
+    sync debug mode reports: ``.item()``, ``nonzero``, a tensor's truth value ...); off CUDA, the operations
+    of the package's own code that would (:func:`identifiable_cl.benchmarks.syncs.host_syncs`)."""
     if device.type != "cuda":
-        return None
+        from identifiable_cl.benchmarks.syncs import host_syncs as counted
+
+        return sum(counted(fn).values())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
@@ -204,7 +207,7 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, devic
     print_fn(f"\ntraining steps at n = 10 on {device} (median of {steps} steps, {_matmul(device)}); encoder = its own "
              "forward+backward+Adam step on the same rows")
     print_fn(f"{'setting':<30}{'batch':>7}{'steps/s':>9}{'step ms':>9}{'encoder ms':>12}{'overhead':>10}{'step/encoder':>14}"
-             + (f"{'host syncs':>12}" if device.type == "cuda" else ""))
+             + f"{'host syncs':>12}")
     rows = []
     for label, preset, overrides, own_batches in TRAINING_CASES:
         for batch in own_batches or batches:
@@ -218,7 +221,7 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, devic
             rows.append({"case": label, "batch": batch, "steps_per_s": 1 / full, "step_ms": full * 1e3,
                          "encoder_ms": core * 1e3, "overhead": share, "ratio": full / core, "host_syncs": syncs})
             print_fn(f"{label:<30}{batch:>7}{1 / full:>9.2f}{full * 1e3:>9.1f}{core * 1e3:>12.1f}{100 * share:>9.1f}%"
-                     f"{full / core:>13.2f}x" + (f"{syncs:>12}" if syncs is not None else ""))
+                     f"{full / core:>13.2f}x{syncs:>12}")
     return rows
 
 

@@ -170,6 +170,13 @@ def exp_floor(dtype: torch.dtype) -> float:
     return 0.9 * math.log(torch.finfo(dtype).tiny)
 
 
+def left_out(excluded: Tensor, columns: int) -> Tensor:
+    """(b, columns) bool, True at the columns ``excluded`` (b, k) names per row (-1 = none); built by a scatter,
+    without reading the indices on the host (boolean indexing would make a GPU wait)."""
+    mask = torch.zeros(excluded.shape[0], columns + 1, dtype=torch.bool, device=excluded.device)
+    return mask.scatter_(1, torch.where(excluded >= 0, excluded, columns), True)[:, :columns]
+
+
 def block_forward(
     a: Tensor, cT: Tensor, scale: Tensor, excluded: Tensor | None,
     kind: str, multipliers: tuple[float, ...], keep_similarity: bool,
@@ -184,23 +191,21 @@ def block_forward(
     floor = exp_floor(a.dtype)
     if _native(a, cT):
         sim, exps, top, sums = native.forward(
-            a, cT, float(scale), multipliers, excluded, floor, kind, keep_similarity, workspace
+            a, cT, scale, multipliers, excluded, floor, kind, keep_similarity, workspace
         )
         return sim, exps, sums, top + sums.log()
     sim = similarity(a, cT, kind)
     if excluded is not None:
-        left_out = excluded >= 0
-        rows = torch.arange(a.shape[0], device=a.device)[:, None].expand_as(excluded)
-        excluded = (rows[left_out], excluded[left_out])
+        excluded = left_out(excluded, sim.shape[1])
     exps, sums, lses = [], [], []
     for c in multipliers:
         logits = sim * (scale * c)
         if excluded is not None:
-            logits.index_put_(excluded, logits.new_full((), -math.inf))
+            logits.masked_fill_(excluded, -math.inf)
         top = logits.amax(1, keepdim=True)
         e = logits.sub_(top).clamp_min_(floor).exp_()
         if excluded is not None:
-            e.index_put_(excluded, e.new_zeros(()))
+            e.masked_fill_(excluded, 0.0)
         total = e.sum(1, keepdim=True)
         exps.append(e)
         sums.append(total)
@@ -218,7 +223,7 @@ def block_backward(
     May overwrite ``exps``.
     """
     if isinstance(exps, Tensor) and _native(exps, weights, a, cT):
-        return native.backward(exps, weights.contiguous(), sim, float(scale), a, cT, kind)
+        return native.backward(exps, weights.contiguous(), sim, scale, a, cT, kind)
     dlogits = exps[0].mul_(weights[:, 0:1])
     for m in range(1, len(exps)):
         dlogits = dlogits.add_(exps[m].mul_(weights[:, m : m + 1]))

@@ -29,7 +29,9 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from identifiable_cl.losses.blocked import Pairing, block_rows, excluded_columns, similarity, similarity_gradients
+from identifiable_cl.losses.blocked import (
+    Pairing, block_rows, excluded_columns, left_out, similarity, similarity_gradients,
+)
 
 Phi = Callable[..., Tensor]
 """``phi(sim (b, N), extra (b, 1) or None, *params) -> (b, N)``, differentiable in all of them."""
@@ -40,10 +42,7 @@ def _kept(exclude: str, start: int, rows: int, n: int, device: torch.device) -> 
     excluded = excluded_columns(exclude, start, rows, n, device)
     if excluded is None:
         return None
-    kept = torch.ones(rows, n, dtype=torch.bool, device=device)
-    left_out = excluded >= 0
-    kept[torch.arange(rows, device=device)[:, None].expand_as(excluded)[left_out], excluded[left_out]] = False
-    return kept
+    return ~left_out(excluded, n)
 
 
 def _blocks(rows: int, columns: int, device: torch.device):

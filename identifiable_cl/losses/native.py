@@ -124,13 +124,14 @@ def _address(t: Tensor | None) -> int | None:
 
 
 def forward(
-    a: Tensor, cT: Tensor, scale: float, multipliers: tuple[float, ...], excluded: Tensor | None,
+    a: Tensor, cT: Tensor, scale: Tensor | float, multipliers: tuple[float, ...], excluded: Tensor | None,
     floor: float, kind: str, keep_similarity: bool, workspace: dict[str, Tensor] | None = None,
 ) -> tuple[Tensor | None, Tensor, Tensor, Tensor]:
     """``block_forward`` on CPU: (sim (b, N) or None, E (M, b, N), top (b, M), sums (b, M)).
 
     ``a`` (b, d) and ``cT`` (d, N) contiguous; ``excluded``: (b, 2) int64 columns left out per
-    row (-1 = none), or None. ``workspace``: E and sim are written into the start of its
+    row (-1 = none), or None; ``scale`` a float or a one-element tensor (read here: these kernels run on the
+    CPU only, where reading a scalar costs nothing). ``workspace``: E and sim are written into the start of its
     buffers when they are large enough (and larger buffers are put there otherwise), so that
     blocks and loss evaluations reuse their memory instead of faulting in fresh pages each time.
     """
@@ -152,14 +153,14 @@ def forward(
     sums = torch.empty((b, m), dtype=a.dtype)
     mults = torch.tensor(multipliers, dtype=a.dtype)
     getattr(lib, f"icl_forward_{_suffix(a)}")(
-        a.data_ptr(), cT.data_ptr(), b, d, n, POWERS[kind], scale, mults.data_ptr(), m,
+        a.data_ptr(), cT.data_ptr(), b, d, n, POWERS[kind], float(scale), mults.data_ptr(), m,
         _address(excluded), floor, e.data_ptr(), _address(sim), top.data_ptr(), sums.data_ptr(),
     )
     return sim, e, top, sums
 
 
 def backward(
-    e: Tensor, weights: Tensor, sim: Tensor | None, scale: float, a: Tensor, cT: Tensor, kind: str,
+    e: Tensor, weights: Tensor, sim: Tensor | None, scale: Tensor | float, a: Tensor, cT: Tensor, kind: str,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """``block_backward`` on CPU: (grad of a (b, d), grad of cT (d, N), grad of the scale or None).
 
@@ -172,7 +173,7 @@ def backward(
     grad_cT = torch.empty((d, n), dtype=a.dtype)
     d_scale = torch.zeros((), dtype=a.dtype)
     getattr(lib, f"icl_backward_{_suffix(a)}")(
-        e.data_ptr(), weights.data_ptr(), m, _address(sim), scale, a.data_ptr(), cT.data_ptr(),
+        e.data_ptr(), weights.data_ptr(), m, _address(sim), float(scale), a.data_ptr(), cT.data_ptr(),
         b, d, n, POWERS[kind], grad_a.data_ptr(), grad_cT.data_ptr(), d_scale.data_ptr(),
     )
     return grad_a, grad_cT, None if sim is None else d_scale

@@ -193,3 +193,27 @@ def test_bad_inputs_raise():
         truncation.truncated_gennorm(torch.tensor([math.nan]), 1.0, 2.0, 0.0, 1.0, gen())
     with pytest.raises(ValueError, match="finite bounds"):
         truncation.truncated_exponential(loc, 0.0, INF, gen())
+
+
+def test_the_far_tail_equals_its_log_space_form_computed_on_its_own():
+    """Where Φ(b) underflows, every element's draw is the log-space inversion of that element alone."""
+    a = torch.tensor([-50.0, -45.0, -3.0, -1.0, -40.0, -math.inf], dtype=torch.float64)
+    b = torch.tensor([-40.0, -44.0, -2.0, 0.5, -39.5, -38.0], dtype=torch.float64)
+    u = torch.tensor([0.3, 0.9, 0.5, 0.1, 0.99, 0.5], dtype=torch.float64)
+    got = truncation._normal_lower_quantile(a, b, u)
+    for i in range(len(a)):
+        ai, bi, ui = a[i : i + 1], b[i : i + 1], u[i : i + 1]
+        if float(truncation._ndtr(bi)) < 1e-290:
+            log_a, log_b = torch.special.log_ndtr(ai), torch.special.log_ndtr(bi)
+            lp = log_b + torch.log1p((1.0 - ui) * torch.expm1(log_a - log_b))
+            s = -2.0 * lp
+            t = -torch.sqrt(s - torch.log(s) - 2.0 * truncation._HALF_LOG_2PI)
+            for _ in range(6):
+                log_cdf = torch.special.log_ndtr(t)
+                t = t - (log_cdf - lp) * torch.exp(log_cdf + 0.5 * t * t + truncation._HALF_LOG_2PI)
+            want = t
+        else:
+            cdf_a, cdf_b = truncation._ndtr(ai), truncation._ndtr(bi)
+            want = torch.special.ndtri(cdf_a + ui * (cdf_b - cdf_a))
+        assert torch.equal(got[i : i + 1], torch.minimum(torch.maximum(want, ai), bi)), i
+        assert ai <= got[i] <= bi

@@ -304,3 +304,15 @@ def test_kernel_buffers_are_kept_between_evaluations_in_each_thread():
     thread.start()
     thread.join()
     assert len(other) == 3 and not set(other) & set(kept)  # another thread, buffers of its own
+
+
+def test_left_out_marks_exactly_the_named_columns():
+    from identifiable_cl.losses.blocked import left_out
+
+    excluded = torch.tensor([[-1, 0], [2, -1], [-1, -1], [3, 3], [0, 4]])
+    want = torch.zeros(5, 5, dtype=torch.bool)
+    for row, columns in enumerate(excluded.tolist()):
+        for column in columns:
+            if column >= 0:
+                want[row, column] = True
+    assert torch.equal(left_out(excluded, 5), want)

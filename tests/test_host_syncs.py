@@ -1,0 +1,54 @@
+"""A steady-state training step makes no host synchronisation (what would make a GPU wait), counted on the CPU
+with the eager loss kernels a GPU runs (:mod:`identifiable_cl.benchmarks.syncs`)."""
+
+import pytest
+import torch
+
+from identifiable_cl.benchmarks.syncs import host_syncs
+from identifiable_cl.components import build
+from identifiable_cl.training import train_step
+from tests.tiny import tiny_config
+
+R24 = {"dgp.space.name": "sphere", "dgp.conditional.name": "anisotropic", "dgp.conditional.lambdas": "bimodal",
+       "loss.name": "aninfonce", "encoder.normalize": "sphere"}
+SETTINGS = {
+    "default (box, Laplace, L1 InfoNCE)": {},
+    "box, truncated normal, L2 InfoNCE": {"dgp.conditional.name": "normal", "loss.similarity": "l2"},
+    "content-style with separate negatives": {
+        "dgp.space.name": "euclidean", "dgp.marginal.name": "content_style", "dgp.marginal.content_dim": 5,
+        "dgp.conditional.name": "content_style", "dgp.conditional.content_dim": 5, "dgp.negatives.name": "marginal"},
+    "R24 anisotropic, AnInfoNCE": R24,
+    **{f"loss {name}": {"loss.name": name} for name in ("nce", "nwj", "margin", "triplet", "scl", "hard_negative",
+                                                        "ensemble")},
+    "MoCo's queue": {"loss.negatives": "queue", "loss.queue.size": 64},
+    "bf16 with gradient clipping": {"train.precision": "bf16", "optim.grad_clip": 1.0},
+}
+"""Settings whose steady-state step is free of host synchronisations. Not yet: Wood's vMF sampler and the other
+rejection samplers (a host loop over rejection rounds) and the hardest and semi-hard triplets' mining."""
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    monkeypatch.setenv("ICL_KERNELS", "eager")
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_a_steady_state_step_makes_no_host_synchronisation(setting, eager):
+    c = build(tiny_config(**{"train.batch_size": 64, **SETTINGS[setting]}))
+    for _ in range(3):  # past the first steps (lazy state, the queue filling)
+        train_step(c)
+    assert host_syncs(lambda: train_step(c)) == {}
+
+
+def test_the_counter_sees_scalar_reads_and_data_dependent_shapes_of_our_own_code_only():
+    from dgp import truncation
+
+    x = torch.tensor([1.0, -1.0])
+    assert sum(host_syncs(lambda: float(x.sum())).values()) == 0  # this test is not the package's code
+    checked = host_syncs(lambda: truncation.truncated_normal(x, 1.0, -2.0, 2.0, torch.Generator().manual_seed(0)))
+    assert checked and all(k.startswith("truncation.py:") for k in checked)
+    unchecked = host_syncs(lambda: truncation.truncated_normal(x, 1.0, -2.0, 2.0, torch.Generator().manual_seed(0),
+                                                               check=False))
+    assert unchecked == {}
+    masked = host_syncs(lambda: truncation._rejection(x, x > 0, lambda idx: (x[idx], x[idx] < 2)))
+    assert any("nonzero" in k or "index" in k for k in masked)

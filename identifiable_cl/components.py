@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -78,9 +79,16 @@ def available_cpus(environ: Mapping[str, str] | None = None) -> int:
 
 
 def use_threads(threads: int | None = None) -> None:
-    """torch's intra-op threads: ``threads`` when given (a run's ``train.threads``), else ``OMP_NUM_THREADS``
-    when set, else :func:`available_cpus` (torch's own default counts every core of the machine, given or not)."""
+    """torch's intra-op threads: ``threads`` when given (a run's ``train.threads``), capped at
+    :func:`available_cpus` with a line on stderr saying so (more threads than CPUs only slow everyone on the
+    machine down), else ``OMP_NUM_THREADS`` when set, else :func:`available_cpus` (torch's own default counts
+    every core of the machine, given or not)."""
     if threads is not None:
+        cpus = available_cpus()
+        if threads > cpus:
+            print(f"train.threads={threads} is more than the {cpus} CPU{'s' if cpus > 1 else ''} this process may use "
+                  f"(its affinity, cgroup quota, SLURM_CPUS_PER_TASK); using {cpus}", file=sys.stderr)
+            threads = cpus
         torch.set_num_threads(threads)
     elif not os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(available_cpus())

@@ -25,6 +25,7 @@ import os
 import platform
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -57,11 +58,43 @@ def _lock_file(folder: Path) -> Path:
     return folder.parent / f".{folder.name}.lock"
 
 
+def open_plain_file(path: Path, flags: int) -> int:
+    """``os.open(path, flags)`` (``O_CREAT`` creates it 0666 less the umask) of a regular file only, never through
+    a symbolic link: a link, a FIFO, a folder or another special file at ``path`` is a ValueError naming it, and
+    what it points to is not touched."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise ValueError(f"{str(path)!r} is {_kind(path)}, not a file of its own: icl does not write through it; "
+                             "remove it (or choose another folder)") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{str(path)!r} is {_kind(path)}, not a file of its own: icl does not write through it; "
+                         "remove it (or choose another folder)")
+    return fd
+
+
+def _kind(path: Path) -> str:
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return "not a regular file"
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def lock(folder: Path) -> int | None:
     """Take the lock of ``folder`` (an ``flock`` of ``.<name>.lock`` beside it, in its existing parent, recording
     the holder's pid) without waiting: its file descriptor, or None when another process holds it. A process
-    started with the descriptor inherits the lock; it is released by :func:`unlock` or when every holder ends."""
-    fd = os.open(_lock_file(folder), os.O_RDWR | os.O_CREAT, 0o666)
+    started with the descriptor inherits the lock; it is released by :func:`unlock` or when every holder ends.
+    A lock path that is not a regular file (a link, a FIFO, a folder) is a ValueError naming it
+    (:func:`open_plain_file`)."""
+    fd = open_plain_file(_lock_file(folder), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -80,9 +113,11 @@ def unlock(fd: int) -> None:
 def holder(folder: Path) -> str:
     """The pid recorded by the process that holds the lock of ``folder`` (:func:`lock`), or ``unknown``."""
     try:
-        return _lock_file(folder).read_text().strip() or "unknown"
-    except OSError:
+        fd = open_plain_file(_lock_file(folder), os.O_RDONLY)
+    except (OSError, ValueError):
         return "unknown"
+    with os.fdopen(fd, "rb") as held:
+        return held.read(64).decode(errors="replace").strip() or "unknown"
 
 
 def own(folder: Path) -> int:

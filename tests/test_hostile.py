@@ -220,3 +220,40 @@ def test_an_identity_cache_that_is_not_a_folder_is_named_before_anything_is_writ
     exit_code, said = icl(["train", "--run-dir", "fresh"], tmp_path)
     assert exit_code == 2 and f"ICL_IDENTITY_CACHE='{tmp_path / 'cache'}' is not a folder" in said, said
     assert snapshot(tmp_path) == before and not (tmp_path / "fresh").exists()
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "folder"])
+@pytest.mark.parametrize("verb", [["evaluate", "run"], ["plot", "run"], ["train", "--resume", "run"]])
+def test_a_lock_path_that_is_not_a_plain_file_is_refused_and_never_written_through(kind, verb, run):
+    target = run.parent / "mine.txt"
+    target.write_text("a user's file\n")
+    lock_path = run.parent / ".run.lock"
+    lock_path.unlink(missing_ok=True)
+    {"link": lambda: lock_path.symlink_to(target), "fifo": lambda: os.mkfifo(lock_path),
+     "folder": lambda: lock_path.mkdir()}[kind]()
+    before = snapshot(run)
+    exit_code, said = icl(verb, run.parent)
+    what = {"link": "a symbolic link", "fifo": "a FIFO", "folder": "a folder"}[kind]
+    assert exit_code == 2 and f"'.run.lock' is {what}, not a file of its own" in said, said
+    assert target.read_text() == "a user's file\n" and snapshot(run) == before
+
+
+def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch):
+    from identifiable_cl.cli.train import new_run_dirs
+    from identifiable_cl.cli import train as cli_train
+
+    monkeypatch.setattr(cli_train.time, "strftime", lambda fmt: "20261205-120000")
+    config = {"loss": {"name": "infonce"}, "dgp": {"conditional": {"name": "laplace"}}, "seed": 0}
+    with new_run_dirs(tmp_path / "out", [config]) as (first,), new_run_dirs(tmp_path / "out", [config, config]) as more:
+        assert [first.name, *(p.name for p in more)] == [
+            "20261205-120000-infonce-laplace-s0", "20261205-120000-infonce-laplace-s0-1",
+            "20261205-120000-infonce-laplace-s0-2"]
+        assert all(p.is_dir() and not any(p.iterdir()) for p in (first, *more))
+
+
+def test_a_refused_run_leaves_no_folder_under_out(tmp_path, monkeypatch):
+    (tmp_path / "cache").write_text("a file\n")
+    monkeypatch.setenv(rundir.IDENTITY_CACHE, str(tmp_path / "cache"))
+    exit_code, said = icl(["train", "--out", "out", "--train.steps=1"], tmp_path)
+    assert exit_code == 2 and "is not a folder" in said, said
+    assert not (tmp_path / "out").exists()

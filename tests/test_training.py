@@ -163,7 +163,7 @@ def test_train_figures_false_draws_none(tmp_path, tiny):
     assert (tmp_path / "bare" / rundir.SUMMARY).is_file()
 
 
-def test_threads_follow_the_cpus_a_run_was_given(tmp_path, monkeypatch):
+def test_threads_follow_the_cpus_a_run_was_given(tmp_path, monkeypatch, capsys):
     from identifiable_cl import components
 
     monkeypatch.setattr(components.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
@@ -185,8 +185,13 @@ def test_threads_follow_the_cpus_a_run_was_given(tmp_path, monkeypatch):
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
         components.use_threads()  # the user's choice stands
         assert torch.get_num_threads() == 1
+        monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
         components.build(load_config(None, {"train.threads": 2}))  # a run's own key wins
-        assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 2 and capsys.readouterr().err == ""
+        components.build(load_config(None, {"train.threads": 10000}))  # within the CPUs this process may use
+        assert torch.get_num_threads() == 4
+        assert capsys.readouterr().err == ("train.threads=10000 is more than the 4 CPUs this process may use (its "
+                                           "affinity, cgroup quota, SLURM_CPUS_PER_TASK); using 4\n")
     finally:
         torch.set_num_threads(before)
 

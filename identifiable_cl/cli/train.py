@@ -3,25 +3,50 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import itertools
+import os
 import re
 import signal
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from identifiable_cl import arguments
 from identifiable_cl.cli import VERBS
 from identifiable_cl.config import key_listing, parse_overrides
 
-def default_run_dir(out: Path, config: Mapping[str, Any]) -> Path:
+@contextmanager
+def new_run_dirs(out: Path, configs: Sequence[Mapping[str, Any]]) -> Iterator[list[Path]]:
+    """A new folder under ``out`` for each config, named for the run (time, loss, conditional, seed) and created
+    here, so that runs started in the same second, in this process or another, never share one (a later one
+    gets the suffix -1, -2 ...). Folders still empty when the block fails are removed again, with ``out`` if it
+    was made for them."""
+    made_out = not out.exists()
+    if not made_out and not out.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(out))
+    out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = f"{stamp}-{config['loss']['name']}-{config['dgp']['conditional']['name']}-s{config['seed']}"
-    path, i = out / name, 1
-    while path.exists():
-        path, i = out / f"{name}-{i}", i + 1
-    return path
+    paths = []
+    try:
+        for config in configs:
+            name = f"{stamp}-{config['loss']['name']}-{config['dgp']['conditional']['name']}-s{config['seed']}"
+            for i in itertools.count():
+                path = out / (name if i == 0 else f"{name}-{i}")
+                try:
+                    path.mkdir()
+                except FileExistsError:
+                    continue
+                paths.append(path)
+                break
+        yield paths
+    except BaseException:
+        for path in [*paths, *([out] if made_out else [])]:
+            with suppress(OSError):
+                path.rmdir()  # only an empty folder: what a run wrote stays
+        raise
 
 
 MAX_PACK = 1024
@@ -77,7 +102,8 @@ def cmd_train_packed(args: argparse.Namespace, overrides: Mapping[str, Any]) -> 
     from identifiable_cl.components import load_config
 
     configs = [load_config(args.config, {**overrides, "seed": seed}) for seed in parse_seeds(args.pack_seeds)]
-    results = train_pack([(config, default_run_dir(Path(args.out), config), None, None) for config in configs])
+    with new_run_dirs(Path(args.out), configs) as run_dirs:
+        results = train_pack([(config, run_dir, None, None) for config, run_dir in zip(configs, run_dirs)])
     return 1 if any(isinstance(r, BaseException) for r in results) else 0
 
 
@@ -176,8 +202,12 @@ def run(args: argparse.Namespace) -> int:
             trainer = Trainer.resume(Path(args.resume), overrides, progress=progress)
         else:
             config = load_config(args.config, overrides)
-            run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(Path(args.out), config)
-            trainer = Trainer.create(config, run_dir, progress=progress)
+            if args.run_dir:
+                run_dir = Path(args.run_dir)
+                trainer = Trainer.create(config, run_dir, progress=progress)
+            else:
+                with new_run_dirs(Path(args.out), [config]) as (run_dir,):
+                    trainer = Trainer.create(config, run_dir, progress=progress)
             print(f"run directory: {run_dir}")
             print(trainer.c.process.describe())
         print(results_table(trainer.run()))

@@ -149,13 +149,20 @@ AUTO = "auto"
 def with_cross_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``config`` with the defaults that depend on another component filled in, so that any loss
     swapped in with ``--loss.name=NAME`` trains on the process it meets: where the process draws separate
-    negatives (``dgp.negatives.name`` not none), a loss, or ensemble member, that takes a ``negatives`` option
-    and sets none uses them (``negatives: independent``). ``encoder.normalize: auto`` is resolved by
+    negatives (``dgp.negatives.name`` not none) and no part of the loss uses them yet, the loss, or each
+    ensemble member, that takes a ``negatives`` option and sets none uses them (``negatives: independent``). A
+    config that was valid without this stays as it was. ``encoder.normalize: auto`` is resolved by
     :func:`check`, which builds the loss."""
     config = copy.deepcopy(dict(config))
-    if config["dgp"]["negatives"]["name"] != "none":
+    if config["dgp"]["negatives"]["name"] != "none" and not _uses_separate_negatives(config["loss"]):
         config["loss"] = _independent_negatives(config["loss"])
     return config
+
+
+def _uses_separate_negatives(spec: Any) -> bool:
+    members = spec.get("members") if isinstance(spec, Mapping) else None
+    return isinstance(spec, Mapping) and (spec.get("negatives") == "independent" or (
+        isinstance(members, list) and any(_uses_separate_negatives(m) for m in members)))
 
 
 def _independent_negatives(spec: Any) -> Any:

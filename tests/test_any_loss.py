@@ -92,3 +92,9 @@ def test_separate_negatives_reach_a_swapped_loss_that_takes_them():
 def test_without_separate_negatives_nothing_is_filled_in():
     config = load_config(None, TINY)
     assert with_cross_defaults(config) == config and "negatives" not in config["loss"]
+
+
+def test_an_ensemble_that_already_uses_the_separate_negatives_is_left_as_it_is():
+    members = [{"name": "infonce", "negatives": "independent"}, {"name": "aninfonce"}]
+    config = load_config("content_style", {**SMALL, "loss.name": "ensemble", "loss.members": members})
+    assert config["loss"]["members"] == members

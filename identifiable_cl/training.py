@@ -15,16 +15,18 @@ uninterrupted one).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
 import math
 import os
+import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -63,6 +65,13 @@ STOP = threading.Event()
 """Set to stop training at the next step boundary: every run of the pack then checkpoints the step it
 has reached and ends as :class:`Interrupted` (``icl train`` sets it on SIGINT, SIGTERM and SIGUSR2, the
 signals of Ctrl-C, a scheduler's cancel and its time-limit or preemption warning)."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+"""Signals that end ``icl train`` as interrupted: Ctrl-C, a sweep runner's early stop (SIGINT), the
+SIGTERM a scheduler sends when it cancels or preempts a job, and the SIGUSR2 submitit asks Slurm to
+send before a job's time limit."""
+LOOPING = threading.Event()
+"""Set while the run loop takes its steps: a stop signal then waits for the next step boundary (:data:`STOP`);
+before it (start-up, checks, building the process, the identity baseline) a stop signal ends the run at once."""
 
 
 def train_step(c: Components) -> Tensor:
@@ -339,12 +348,24 @@ class Progress:
             print(progress_line(step, self.steps, loss, self.latest, rate), flush=True)
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Within the block :data:`STOP_SIGNALS` wait (they arrive as the block ends), so that a run folder's files
+    are written together or not at all."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _owned_after(run_dir: Path, write: Callable[[], None]) -> int:
     """Take the run directory's lock (:func:`identifiable_cl.rundir.own`), then ``write()`` its files; the lock,
     released again when the writing fails."""
     lock = rundir.own(run_dir)
     try:
-        write()
+        with signals_held():
+            write()
     except BaseException:
         rundir.unlock(lock)
         raise
@@ -562,6 +583,7 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
         for i in active:
             trainers[i].open(shared=shared)
             trainers[i].begin()
+        LOOPING.set()
         while active:
             if STOP.is_set():
                 for i in active:
@@ -581,6 +603,7 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
                 results[i] = summary
             active = [i for i in active if i not in results]
     except BaseException as exc:
+        LOOPING.clear()
         stopped = [i for i in active if i not in results]
         for i in stopped:
             trainers[i].close(None)
@@ -589,6 +612,7 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
         if stopped:
             exc.add_note("; ".join(trainers[i].kept() for i in stopped))  # what each run keeps, for one-line errors
         raise
+    LOOPING.clear()
     return [results[i] for i in range(len(trainers))]
 
 

@@ -208,6 +208,31 @@ def test_sigterm_ends_icl_train_as_interrupted_with_its_checkpoint(tmp_path, tin
     assert f"the checkpoint of step {step} is kept" in err  # the step it reached, not the last periodic one
 
 
+def test_sigterm_before_the_first_step_ends_icl_train_at_once_and_the_run_resumes(tmp_path, capsys):
+    """A scheduler's cancel during the identity baseline (seconds at the default run's final sizes) is honoured
+    there: exit 130 within seconds, the run's first files complete, and --resume trains it."""
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-u", "-m", "identifiable_cl.cli", "train", "--train.steps=2", "--run-dir", str(run_dir),
+            "--quiet", "--train.figures=false"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert process.stdout.readline().startswith("run directory:")  # printed once the folder is written
+        process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        _, err = process.communicate(timeout=120)
+        waited = time.monotonic() - sent
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "interrupted at step 0 of 2; no checkpoint was written yet" in err and "Traceback" not in err
+    assert waited < 30, f"the signal waited {waited:.1f} s"  # the baseline alone takes several seconds
+    assert {p.name for p in run_dir.iterdir()} >= {rundir.CONFIG, rundir.META, rundir.DGP}
+    assert main(["train", "--resume", str(run_dir), "--eval.nonlinear=false", "--quiet"]) == 0, capsys.readouterr().err
+    assert (run_dir / rundir.SUMMARY).is_file()
+
+
 def test_a_run_stopped_between_log_steps_resumes_as_the_uninterrupted_run(tmp_path, monkeypatch):
     """STOP checkpoints the step reached with the loss accumulated since the last log step."""
     from identifiable_cl import training

@@ -143,25 +143,21 @@ def cmd_train_pack_file(args: argparse.Namespace) -> int:
     return 1 if any(isinstance(r, BaseException) for r in results) else 0
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
-"""Signals that end ``icl train`` as interrupted: Ctrl-C, a sweep runner's early stop (SIGINT), the
-SIGTERM a scheduler sends when it cancels or preempts a job, and the SIGUSR2 submitit asks Slurm to
-send before a job's time limit."""
-
-
 def _stop(signum: int, frame: Any) -> None:
-    """The first stop signal stops training at the next step boundary, with a checkpoint of that step
-    (:data:`identifiable_cl.training.STOP`); a second one at once."""
-    from identifiable_cl.training import STOP
+    """A stop signal while the runs take their steps stops training at the next step boundary, with a checkpoint
+    of that step (:data:`identifiable_cl.training.STOP`); a second one, or one before the steps began (start-up,
+    checks, building the process, the identity baseline), at once, keeping what was already written
+    (:data:`identifiable_cl.training.LOOPING`)."""
+    from identifiable_cl.training import LOOPING, STOP
 
-    if STOP.is_set():
+    if STOP.is_set() or not LOOPING.is_set():
         raise KeyboardInterrupt
     STOP.set()
 
 
 @contextmanager
 def stoppable():
-    """While training, :data:`STOP_SIGNALS` stop the runs (:func:`_stop`), which end interrupted (their
+    """While training, :data:`identifiable_cl.training.STOP_SIGNALS` stop the runs (:func:`_stop`), which end interrupted (their
     checkpoint kept, exit 130, resumed by a rerun of their sweep). Installed explicitly because a
     process may start with SIGINT ignored (background jobs of a non-interactive shell do, and their
     children inherit it); the previous handlers come back afterwards. Off the main thread, where
@@ -169,7 +165,7 @@ def stoppable():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    from identifiable_cl.training import STOP
+    from identifiable_cl.training import STOP, STOP_SIGNALS
 
     STOP.clear()
     previous = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS}
@@ -184,7 +180,7 @@ def stoppable():
 def run(args: argparse.Namespace) -> int:
     from identifiable_cl.cli.tables import results_table
     from identifiable_cl.components import load_config, use_threads
-    from identifiable_cl.training import Trainer
+    from identifiable_cl.training import Interrupted, Trainer
 
     use_threads()
     with stoppable():
@@ -208,9 +204,15 @@ def run(args: argparse.Namespace) -> int:
             else:
                 with new_run_dirs(Path(args.out), [config]) as (run_dir,):
                     trainer = Trainer.create(config, run_dir, progress=progress)
-            print(f"run directory: {run_dir}")
-            print(trainer.c.process.describe())
-        print(results_table(trainer.run()))
+        try:
+            if not args.resume:
+                print(f"run directory: {trainer.run_dir}")
+                print(trainer.c.process.describe())
+            summary = trainer.run()
+        except KeyboardInterrupt:  # a stop signal before the run loop took over (it reports its own)
+            trainer.close(None)
+            raise Interrupted(trainer.interrupted_message()) from None
+        print(results_table(summary))
         return 0
 
 

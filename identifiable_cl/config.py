@@ -377,6 +377,8 @@ def suggest(key: str) -> str:
 def validate(config: Mapping[str, Any]) -> None:
     """Every key's type and range (see :data:`SCHEMA`); components are checked by
     :func:`identifiable_cl.components.check`."""
+    if not isinstance(config, Mapping):
+        fail("config", config, "expected a mapping of config sections, as load_config returns")
     for key, leaf in LEAVES.items():
         leaf.check(key, _get(config, key))
     for section in COMPONENT_SECTIONS:
@@ -413,8 +415,8 @@ and its number of nodes with every alias expanded (a "billion laughs" file is re
 
 class BoundedLoader(yaml.SafeLoader):
     """YAML's safe loader that refuses a key that is not a string or appears twice in one mapping, nesting
-    deeper than :data:`MAX_YAML_DEPTH` and more than :data:`MAX_YAML_NODES` nodes with aliases expanded; its
-    errors are ``yaml.YAMLError`` s with the line and column."""
+    deeper than :data:`MAX_YAML_DEPTH`, more than :data:`MAX_YAML_NODES` nodes with aliases expanded and a value
+    that contains itself through an alias; its errors are ``yaml.YAMLError`` s with the line and column."""
 
     def __init__(self, stream: str):
         super().__init__(stream)
@@ -424,7 +426,10 @@ class BoundedLoader(yaml.SafeLoader):
         mark = self.peek_event().start_mark
         if self.check_event(yaml.AliasEvent):
             node = super().compose_node(parent, index)
-            return self._counted(node, self.sizes.get(id(node), 1), mark)
+            if id(node) not in self.sizes:  # its anchor's value is still being read: the alias is inside it
+                raise yaml.composer.ComposerError(None, None, "an alias inside the value its anchor names (a value "
+                                                  "that contains itself)", mark)
+            return self._counted(node, self.sizes[id(node)], mark)
         self.depth += 1
         if self.depth > MAX_YAML_DEPTH:
             raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", mark)

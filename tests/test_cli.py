@@ -1,6 +1,9 @@
 import subprocess
 import sys
 
+import pytest
+
+import identifiable_cl
 from identifiable_cl.cli import main
 
 
@@ -37,3 +40,14 @@ def test_unknown_argument_is_rejected(capsys):
     except SystemExit as exc:
         assert exc.code == 2
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_bench_only_without_a_section_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--only"])
+    assert exit_.value.code == 2 and "argument --only: expected at least one argument" in capsys.readouterr().err
+
+
+def test_the_api_check_of_something_other_than_a_config_names_it():
+    with pytest.raises(ValueError, match=r"^config=\[1, 2, 3\] is invalid: expected a mapping of config sections"):
+        identifiable_cl.check([1, 2, 3])

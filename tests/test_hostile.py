@@ -46,6 +46,9 @@ CASES = {
     "sweep nested thousands deep": (
         ["sweep", "check", "s.yaml"], {"s.yaml": GRID + "  seed: {values: [0]}\n" + DEEP}, 1,
         "nested deeper than 64 levels"),
+    "a config value that contains itself": (
+        ["config", "c.yaml"], {"c.yaml": "wandb:\n  tags: &r [*r]\n"}, 2,
+        "config file 'c.yaml' is not valid YAML: line 2, column 13: an alias inside the value its anchor names"),
     "a pack of a hundred million seeds": (
         ["train", "--pack-seeds", "0-99999999"], {}, 2,
         "--pack-seeds='0-99999999' is invalid: more than 1024 runs in one pack"),

@@ -20,7 +20,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     p = subparsers.add_parser("bench", help=VERBS["bench"])
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a fast look")
-    p.add_argument("--only", nargs="*", choices=SECTIONS, help="run only these sections")
+    p.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections (one or more)")
     p.add_argument("--device", choices=DEVICES,
                    help="where every section runs (default: cuda when a CUDA device is present, else cpu)")
     p.set_defaults(func=run)

@@ -49,6 +49,11 @@ CASES = {
     "a config value that contains itself": (
         ["config", "c.yaml"], {"c.yaml": "wandb:\n  tags: &r [*r]\n"}, 2,
         "config file 'c.yaml' is not valid YAML: line 2, column 13: an alias inside the value its anchor names"),
+    "results of consistency with options it would ignore": (
+        ["results", ".", "--consistency", "--metrics", "r2_linear", "--format", "csv"], {}, 2,
+        "--consistency prints its own table and takes no --metrics, --format; give them without --consistency"),
+    "results with an empty list of metrics": (
+        ["results", ".", "--metrics", ""], {}, 2, "--metrics '': name at least one key (comma-separated)"),
     "a pack of a hundred million seeds": (
         ["train", "--pack-seeds", "0-99999999"], {}, 2,
         "--pack-seeds='0-99999999' is invalid: more than 1024 runs in one pack"),
@@ -92,6 +97,10 @@ CASES = {
     "a job memory that is not a number": (
         ["sweep", "submit", "s.yaml", "--cluster", "debug", "--mem-gb", "nan"],
         {"s.yaml": GRID + "  seed: {values: [0]}\n"}, 2, "--mem-gb nan: must be a finite number of GB > 0"),
+    "a Slurm partition for the local executor": (
+        ["sweep", "submit", "s.yaml", "--cluster", "local", "--partition", "gpu"],
+        {"s.yaml": GRID + "  seed: {values: [0]}\n"}, 2,
+        "--partition: Slurm settings, which --cluster local would ignore; give them with --cluster slurm"),
     "a negative time limit": (
         ["sweep", "submit", "s.yaml", "--cluster", "debug", "--timeout-min", "-1"],
         {"s.yaml": GRID + "  seed: {values: [0]}\n"}, 2, "--timeout-min -1: must be a whole number >= 1"),

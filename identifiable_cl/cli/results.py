@@ -8,8 +8,11 @@ from identifiable_cl.aggregate import DEFAULT_METRICS, FORMATS, results
 from identifiable_cl.cli import VERBS
 
 
-def _keys(text: str | None) -> list[str] | None:
-    return None if text is None else [k.strip() for k in text.split(",") if k.strip()]
+def _keys(option: str, text: str | None) -> list[str] | None:
+    keys = None if text is None else [k.strip() for k in text.split(",") if k.strip()]
+    if keys == []:
+        raise ValueError(f"{option} {text!r}: name at least one key (comma-separated), or leave the option out")
+    return keys
 
 
 def run(args: argparse.Namespace) -> int:
@@ -17,9 +20,15 @@ def run(args: argparse.Namespace) -> int:
         from identifiable_cl.aggregate import find_runs
         from identifiable_cl.consistency import consistency_table
 
+        ignored = [option for option, value in (("--group-by", args.group_by), ("--metrics", args.metrics),
+                                                ("--format", args.format)) if value is not None]
+        if ignored:
+            raise ValueError(f"--consistency prints its own table and takes no {', '.join(ignored)}; give them "
+                             "without --consistency")
         print(consistency_table(find_runs(args.dirs)))
         return 0
-    print(results(args.dirs, group_by=_keys(args.group_by), metrics=_keys(args.metrics), fmt=args.format))
+    print(results(args.dirs, group_by=_keys("--group-by", args.group_by), metrics=_keys("--metrics", args.metrics),
+                  fmt=args.format or "md"))
     return 0
 
 
@@ -34,7 +43,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep output folders, run folders or run directories")
     p.add_argument("--group-by", metavar="KEYS", help="comma-separated config keys (default: the swept keys except seed)")
     p.add_argument("--metrics", metavar="KEYS", help=f"comma-separated summary keys (default: {','.join(DEFAULT_METRICS)})")
-    p.add_argument("--format", choices=FORMATS, default="md", help="md (default), csv, json or latex (a booktabs tabular)")
+    p.add_argument("--format", choices=FORMATS, help="md (default), csv, json or latex (a booktabs tabular)")
     p.add_argument("--consistency", action="store_true",
                    help="instead: CEBRA's consistency score between every two finished runs of one process (same "
                    "dgp.seed), R² of one run's embedding from the other's on the same held-out x, beside linear R²")

@@ -96,6 +96,11 @@ def make_executor(
 
     if cluster not in CLUSTERS:
         raise ValueError(f"--cluster {cluster!r}: allowed: {', '.join(CLUSTERS)}")
+    slurm_only = [option for option, value in (("--partition", partition), ("--parallelism", parallelism),
+                                               ("the sweep's slurm options", slurm_options)) if value]
+    if cluster != "slurm" and slurm_only:
+        raise ValueError(f"{', '.join(slurm_only)}: Slurm settings, which --cluster {cluster} would ignore; give them "
+                         "with --cluster slurm")
     for option, value, least in (("--parallelism", parallelism, 1), ("--gpus-per-node", gpus_per_node, 0),
                                  ("--cpus-per-task", cpus_per_task, 1), ("--timeout-min", timeout_min, 1)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):

@@ -52,8 +52,10 @@ def test_debug_executor_online_agents(tmp_path):
 
 
 def test_executor_settings_and_bad_cluster(tmp_path):
-    executor = make_executor(tmp_path / "s", "local", name="x", gpus_per_node=0, timeout_min=30, parallelism=2)
+    executor = make_executor(tmp_path / "s", "local", name="x", gpus_per_node=0, timeout_min=30)
     assert executor._executor.parameters["timeout_min"] == 30
+    with pytest.raises(ValueError, match="^--parallelism: Slurm settings, which --cluster local would ignore"):
+        make_executor(tmp_path / "s", "local", name="x", parallelism=2)  # submitit's local executor starts every job
     with pytest.raises(ValueError, match="--cluster 'k8s'"):
         make_executor(tmp_path / "s", "k8s", name="x")
 

@@ -34,12 +34,11 @@ from dgp.marginals import MARGINALS
 from dgp.mixing import MIXINGS
 from dgp.negatives import NEGATIVES
 from dgp.spaces import SPACES
-from dgp.defaults import DEFAULT_CONFIG, DTYPE_NAMES
-from dgp.defaults import SINGLE_VIEW as SINGLE
+from dgp.defaults import DEFAULT_CONFIG, DTYPE_NAMES, SINGLE_VIEW
 from dgp.views import VIEWS
 from dgp.seeding import generator as stream_generator
 
-OPTIONAL: dict[str, Any] = {"views": SINGLE}
+OPTIONAL: dict[str, Any] = {"views": SINGLE_VIEW}
 """Components a config may set that :data:`DEFAULT_CONFIG` leaves out: a resolved config holds one only
 when it differs from this default, so the configs (and fingerprints) of the processes without it stay as
 they were."""
@@ -126,7 +125,7 @@ class Process(nn.Module):
         self.negatives = NEGATIVES.build(cfg["negatives"], self.space, rng("negatives"), key="dgp.negatives")
         self.negatives.check_marginal(self.marginal)
         self._check_blocks()
-        self.views = VIEWS.build(cfg.get("views", SINGLE), self.blocks, dim, key="dgp.views")
+        self.views = VIEWS.build(cfg.get("views", SINGLE_VIEW), self.blocks, dim, key="dgp.views")
         sizes = self.observed_dims
         self.mixing = MIXINGS.build(cfg["mixing"], sizes[0], rng("mixing"), key="dgp.mixing")
         self.view_mixings = nn.ModuleList(

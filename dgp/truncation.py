@@ -10,8 +10,9 @@ With the standardised variable y = (x - loc) / scale the laws are
 Every function works elementwise: ``loc`` (any shape, e.g. ``(B, n)``, one location per sample and
 coordinate) fixes the shape, dtype and device of the result; ``scale``, ``low`` and ``high`` are floats or
 tensors broadcastable to it. The values are checked unless ``check=False`` (a component that checked its
-parameters when it was built draws without making a GPU wait for the check). Truncated draws are computed in float64 and clamped, in the output dtype, to
-[low, high], so no draw ever leaves the interval; bounds may be infinite.
+parameters when it was built draws without making a GPU wait for the check). Truncated draws are computed in
+float64 and clamped, in the output dtype, to [low, high], so no draw ever leaves the interval; bounds may be
+infinite.
 
 Methods: normal and Laplace by the inverse CDF on the lower tail: the interval is mirrored so that its
 centre is <= 0, which keeps both tails accurate. Laplace works in log space throughout; the normal uses

@@ -22,15 +22,11 @@ from typing import Any, Mapping, Sequence
 from torch import nn
 
 from dgp import checks
-from dgp.defaults import BUILTIN_MODULES, SINGLE_VIEW
+from dgp.defaults import BUILTIN_MODULES
 from dgp.registry import Registry
 
 VIEWS = Registry("views", "dgp.views", builtins=BUILTIN_MODULES)
 """Views components by name."""
-
-SINGLE = SINGLE_VIEW
-"""The default views component: one view, x = g(z) (:data:`dgp.defaults.SINGLE_VIEW`)."""
-
 
 @VIEWS.register("single")
 class SingleView(nn.Module):

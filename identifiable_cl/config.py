@@ -34,7 +34,6 @@ from dgp.defaults import DTYPE_NAMES
 from dgp.defaults import SINGLE_VIEW as DGP_VIEWS
 from identifiable_cl.arguments import OVERRIDE
 
-
 MATMUL_BACKENDS = ("auto", "blas", "onednn")
 """How the encoder's float32 CPU products run (``train.matmul``; :mod:`identifiable_cl.linear`)."""
 

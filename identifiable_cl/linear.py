@@ -35,8 +35,6 @@ from torch.nn import functional as F
 
 from identifiable_cl.config import MATMUL_BACKENDS
 
-BACKENDS = MATMUL_BACKENDS
-
 _BLAS_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("icl_blas_only", default=False)
 
 
@@ -69,8 +67,8 @@ def resolve(backend: str) -> str:
 
     ``onednn`` where torch lacks the operator is a ValueError naming ``train.matmul``.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"train.matmul={backend!r} is invalid: allowed: {', '.join(BACKENDS)}")
+    if backend not in MATMUL_BACKENDS:
+        raise ValueError(f"train.matmul={backend!r} is invalid: allowed: {', '.join(MATMUL_BACKENDS)}")
     if backend == "auto":
         return _auto()
     if backend == "onednn" and _operator() is None:

@@ -66,14 +66,17 @@ def open_plain_file(path: Path, flags: int) -> int:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-            raise ValueError(f"{str(path)!r} is {_kind(path)}, not a file of its own: icl does not write through it; "
-                             "remove it (or choose another folder)") from None
+            raise _not_plain(path) from None
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise ValueError(f"{str(path)!r} is {_kind(path)}, not a file of its own: icl does not write through it; "
-                         "remove it (or choose another folder)")
+        raise _not_plain(path)
     return fd
+
+
+def _not_plain(path: Path) -> ValueError:
+    return ValueError(f"{str(path)!r} is {_kind(path)}, not a file of its own: icl does not write through it; "
+                      "remove it (or choose another folder)")
 
 
 def _kind(path: Path) -> str:

@@ -433,16 +433,20 @@ def bench_packing(sizes: Iterable[int] | None = None, steps: int = 5, device: to
     return rows
 
 
+def _run(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """Wall seconds of running ``argv`` to its end, and its standard output (a ValueError with its errors if it
+    fails)."""
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise ValueError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    return seconds, done.stdout
+
+
 def _wall(argv: list[str], env: dict[str, str], reps: int = 1) -> float:
-    """Median wall seconds of running ``argv`` to its end (a ValueError with its output if it fails)."""
-    times = []
-    for _ in range(reps):
-        started = time.perf_counter()
-        done = subprocess.run(argv, env=env, capture_output=True, text=True)
-        times.append(time.perf_counter() - started)
-        if done.returncode != 0:
-            raise ValueError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
-    return statistics.median(times)
+    """Median wall seconds of running ``argv`` to its end (:func:`_run`)."""
+    return statistics.median(_run(argv, env)[0] for _ in range(reps))
 
 
 TARGETS_S = {"train_help_s": 1.0, "one_step_s": 4.0, "one_step_offline_s": 6.0}
@@ -457,12 +461,8 @@ def one_step_parts(run_dir: Path, env: dict[str, str], *options: str) -> dict[st
     import json
 
     argv = [sys.executable, "-m", "identifiable_cl.benchmarks.overhead", str(run_dir), "--train.steps=1", *options]
-    started = time.perf_counter()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise ValueError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
-    parts = json.loads(done.stdout.strip().splitlines()[-1])
+    wall, stdout = _run(argv, env)
+    parts = json.loads(stdout.strip().splitlines()[-1])
     return {**{k: v for k, v in parts.items() if k != "exit_code"}, "interpreter": wall - parts["total"], "wall": wall}
 
 
@@ -473,14 +473,15 @@ def _parts_line(parts: dict[str, float]) -> str:
 
 
 def nonlinear_fit_floor(config: dict[str, Any], device: torch.device) -> dict[str, float]:
-    """What one nonlinear R² fit at ``config``'s final sizes must multiply (:mod:`identifiable_cl.evaluation.kernel_ridge`):
-    for each length-scale the features F = K T (rows × centres × centres at most) and FᵀF (rows × centres²), in
+    """What one nonlinear R² fit at ``config``'s final sizes must multiply
+    (:mod:`identifiable_cl.evaluation.kernel_ridge`): for each length-scale the features F = K T (rows × centres × centres at most) and FᵀF (rows × centres²), in
     float64; and the seconds that takes at the float64 product rate measured here (a (rows, centres) by
     (centres, centres) product)."""
-    from identifiable_cl.evaluation.regression import BANDWIDTH_FACTORS
+    from identifiable_cl.evaluation.kernel_ridge import validation_rows
+    from identifiable_cl.evaluation.regression import BANDWIDTH_FACTORS, VALIDATION_FRACTION
 
     e = config["eval"]
-    rows = e["final_n_fit"] - min(e["final_n_fit"] - 2, max(1, round(0.2 * e["final_n_fit"])))
+    rows = e["final_n_fit"] - validation_rows(e["final_n_fit"], VALIDATION_FRACTION)
     centres = min(e["final_n_centres"], rows)
     scales = len(BANDWIDTH_FACTORS)
     gflop = scales * 2 * (2.0 * rows * centres * centres) / 1e9

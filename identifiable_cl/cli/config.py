@@ -57,9 +57,6 @@ def key_table() -> str:
     return "\n".join(f"  {line}  {row[-1]}".rstrip() for line, row in zip(cells, rows))
 
 
-
-
-
 def run(args: argparse.Namespace) -> int:
     # ``--keys VALUE`` reaches here as the override ``--keys=VALUE`` (see ``identifiable_cl.arguments.split``)
     keys = [o for o in args.overrides if (m := OVERRIDE.fullmatch(o)) and m.group(1) == "keys"]

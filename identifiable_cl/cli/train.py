@@ -157,8 +157,8 @@ def _stop(signum: int, frame: Any) -> None:
 
 @contextmanager
 def stoppable():
-    """While training, :data:`identifiable_cl.training.STOP_SIGNALS` stop the runs (:func:`_stop`), which end interrupted (their
-    checkpoint kept, exit 130, resumed by a rerun of their sweep). Installed explicitly because a
+    """While training, :data:`identifiable_cl.training.STOP_SIGNALS` stop the runs (:func:`_stop`), which end
+    interrupted (their checkpoint kept, exit 130, resumed by a rerun of their sweep). Installed explicitly because a
     process may start with SIGINT ignored (background jobs of a non-interactive shell do, and their
     children inherit it); the previous handlers come back afterwards. Off the main thread, where
     handlers cannot be set, nothing changes."""

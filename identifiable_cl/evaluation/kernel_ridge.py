@@ -59,6 +59,11 @@ def inverse_root(kmm: Tensor) -> Tensor:
     return v[:, keep] / w[keep].sqrt()
 
 
+def validation_rows(n: int, fraction: float) -> int:
+    """How many of ``n`` rows the selection holds out: ``fraction`` of them, at least 1, leaving at least 2."""
+    return min(n - 2, max(1, round(fraction * n)))
+
+
 @dataclass
 class _Moments:
     """FᵀF (r, r), Fᵀy (r, q) and Fᵀ[1, x] (r, 1 + d) of the Nyström features F over a set of rows.
@@ -118,7 +123,7 @@ class NystromRidge:
         perm = torch.randperm(n, generator=generator, device=generator.device).to(x.device)
         x, y = x[perm], y[perm]
         x1 = with_intercept(x)
-        n_val = min(n - 2, max(1, round(self.validation_fraction * n)))
+        n_val = validation_rows(n, self.validation_fraction)
         n_train = n - n_val
         val, train = slice(0, n_val), slice(n_val, n)
         self.centres = x[train][: self.n_centres]

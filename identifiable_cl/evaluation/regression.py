@@ -21,6 +21,7 @@ from identifiable_cl.evaluation.records import KernelR2Result, R2Result
 
 RIDGES = tuple(10.0 ** (-k / 2) for k in range(-2, 21))
 BANDWIDTH_FACTORS = (0.5, 1.0, 2.0)
+VALIDATION_FRACTION = 0.2
 
 
 def r2_scores(z: Tensor, z_hat: Tensor) -> Tensor:
@@ -114,7 +115,7 @@ def nonlinear_r2(
     n_centres: int = 1000,
     bandwidth_factors: Sequence[float] = BANDWIDTH_FACTORS,
     ridges: Sequence[float] = RIDGES,
-    validation_fraction: float = 0.2,
+    validation_fraction: float = VALIDATION_FRACTION,
 ) -> KernelR2Result:
     """Nonlinear R² of z (N, n) regressed from h (N, d) by RBF Nyström kernel ridge regression.
 

@@ -350,13 +350,21 @@ class Pairs:
             pairings = [self.pairings[i] for i in group]
             rows = self.tensors[pairings[0].anchors].shape[0]
             choice = nearest(self.kind, pairings, self.tensors, self.pos[:rows] if semihard else None)
-            picked = self.pos.new_zeros(rows)
-            for index, pairing in enumerate(pairings):
-                at = (choice[:, 0] == index).nonzero().squeeze(1)
-                a, c = self.tensors[pairing.anchors][at], self.tensors[pairing.candidates][choice[at, 1]]
-                picked = picked.index_put((at,), paired_similarity(a, c, self.kind))
-            values.append(picked)
+            values.append(paired_similarity(*self._chosen_pairs(pairings, choice), self.kind))
         return torch.cat(values)
+
+    def _chosen_pairs(self, pairings: list[Pairing], choice: Tensor) -> tuple[Tensor, Tensor]:
+        """The anchor ``(R, d)`` and the candidate ``(R, d)`` of each row's chosen pair (``choice (R, 2)``: the
+        pairing and the column), selected with gathers and ``torch.where``: fixed shapes, no host wait."""
+        anchor = candidate = None
+        for index, pairing in enumerate(pairings):
+            here = (choice[:, 0] == index).unsqueeze(1)
+            column = torch.where(here.squeeze(1), choice[:, 1], torch.zeros_like(choice[:, 1]))
+            a = self.tensors[pairing.anchors]
+            c = self.tensors[pairing.candidates].index_select(0, column)
+            anchor = a if anchor is None else torch.where(here, a, anchor)
+            candidate = c if candidate is None else torch.where(here, c, candidate)
+        return anchor, candidate
 
 
 def _batch_plan(negatives: str, h: Tensor, h_pos: Tensor, h_neg: Tensor | None):

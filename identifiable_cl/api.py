@@ -7,7 +7,7 @@
     config = icl.load_config("box", {"train.steps": 200})   # checked in full, like `icl train box`
     result = icl.train(config)                              # a run directory of its own
     result.summary["mcc_pearson"], result.run_dir
-    run = icl.load_run(result.run_dir)                      # its components at the last checkpoint
+    run = icl.load_run(result.run_dir)                      # its solver at the last checkpoint
     icl.evaluate_run(result.run_dir, {"eval.final_n_fit": 4096})
 
     process = icl.build_process({"space": "sphere", "conditional": {"name": "vmf", "kappa": 5.0}})
@@ -26,18 +26,19 @@ from typing import Any, Mapping, Sequence
 
 from dgp import Batch, Process, build_process, check_process, load_process  # noqa: F401  (the API)
 from identifiable_cl import API
-from identifiable_cl.components import Components, build, check, load_config, load_run  # noqa: F401
+from identifiable_cl.components import build, check, load_config, load_run  # noqa: F401
 from identifiable_cl.config import SCHEMA, flat_keys, parse_overrides  # noqa: F401
+from identifiable_cl.solvers import Solver  # noqa: F401
 from identifiable_cl.training import Trainer, evaluate_run  # noqa: F401
 
 
 @dataclass
 class TrainedRun:
-    """A finished run: its folder, its summary (the printed table's numbers and more) and its components."""
+    """A finished run: its folder, its summary (the printed table's numbers and more) and its solver."""
 
     run_dir: Path
     summary: dict[str, Any]
-    components: Components
+    solver: Solver
 
 
 def train(

@@ -10,8 +10,9 @@ well under a second and writes nothing; ``icl train``, ``icl sweep
 check/run/submit`` and ``icl reproduce`` run it on every planned run first.
 
 :func:`build` makes the real components (the process's parameters drawn from
-the run's seed); :func:`load_run` makes them from a run directory's own files
-(``config.yaml``, ``dgp.pt``, ``checkpoint.pt``), reading only.
+the run's seed) and the run's :class:`~identifiable_cl.solvers.Solver` over them;
+:func:`load_run` makes them from a run directory's own files (``config.yaml``,
+``dgp.pt``, ``checkpoint.pt``), reading only.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import copy
 import math
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -42,7 +42,9 @@ from identifiable_cl.config import (
 )
 from identifiable_cl.encoders import ENCODERS, ViewEncoders, view_encoder
 from identifiable_cl.losses import LOSSES
-from identifiable_cl.losses.queue import KeyQueue
+from identifiable_cl.solvers import Solver, solver_class
+from identifiable_cl.solvers.base import observations, split_encodings
+from identifiable_cl.solvers.views import pair_loss, view_encodings
 from identifiable_cl.migration import migrate, schema_version
 
 RESUMABLE = ("train", "eval", "device", "wandb")
@@ -92,23 +94,6 @@ def use_threads(threads: int | None = None) -> None:
         torch.set_num_threads(threads)
     elif not os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(available_cpus())
-
-
-@dataclass
-class Components:
-    """Everything a run trains with, built from a checked config."""
-
-    config: dict[str, Any]
-    device: torch.device
-    process: dgp.Process
-    encoder: nn.Module
-    loss: nn.Module
-    optimizer: torch.optim.Optimizer
-    batches: torch.Generator
-    step: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-    queue: KeyQueue | None = None
-    """MoCo's momentum encoder and key queue, for a loss with ``negatives: queue``."""
 
 
 def models(config: Mapping[str, Any], process: dgp.Process) -> tuple[nn.Module, nn.Module]:
@@ -204,102 +189,6 @@ def check_views(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module
              "every other, and MoCo's queue keeps the keys of one: use negatives batch or independent")
 
 
-def next_batch(c: Components) -> dgp.Batch:
-    """The next training batch of ``c``'s process (``train.batch_size`` anchors), drawn on one CPU thread: a
-    batch is tens of operations on small tensors, which more threads only slow down by synchronising (the
-    default run's batch: 0.7 ms on one thread, 6 to 69 ms on two while the other core is busy; AMD Zen 5,
-    2 cores). The draws are the same on any number of threads."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return c.process.sample(c.config["train"]["batch_size"], c.batches)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def observations(batch: dgp.Batch, dim: int) -> Tensor:
-    """The rows x (B, D), x+ (B, D) and the negatives' x (B·K or M, D) stacked for one encoder pass."""
-    parts = [batch.x, batch.x_pos] + ([batch.x_neg.reshape(-1, dim)] if batch.x_neg is not None else [])
-    return torch.cat(parts)
-
-
-def split_encodings(h_all: Tensor, batch: dgp.Batch) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(h, h_pos, h_neg) back from the encodings of :func:`observations`' rows; h_neg in x_neg's shape."""
-    size = batch.x.shape[0]
-    h_neg = h_all[2 * size :].reshape(*batch.x_neg.shape[:-1], -1) if batch.x_neg is not None else None
-    return h_all[:size], h_all[size : 2 * size], h_neg
-
-
-def encodings(c: Components, batch: dgp.Batch) -> tuple[Tensor, Tensor, Tensor | None]:
-    """The loss's inputs (h, h_pos, h_neg) for ``batch``, in the process's dtype: the encoder's encodings of
-    :func:`observations` (one pass); with MoCo's queue (``c.queue``), the encoder's queries of x, the momentum
-    encoder's keys of x+ (no gradient) and the queued keys."""
-    dtype = c.process.dtype
-    with precision(c):
-        if c.queue is None:
-            return split_encodings(c.encoder(observations(batch, c.process.dim)).to(dtype), batch)
-        h, keys = c.encoder(batch.x), c.queue.encode(batch.x_pos)
-    return h.to(dtype), keys.to(dtype), c.queue.negatives()
-
-
-def view_encodings(encoder: nn.Module, batch: dgp.Batch) -> tuple[list[Tensor], list[Tensor | None]]:
-    """Each view's encodings ``(B, d)`` and those of its negatives (in ``x_neg``'s leading shape, or None), one
-    pass of the view's encoder (:func:`identifiable_cl.encoders.view_encoder`) per view."""
-    size = batch.x.shape[0]
-    hs, negs = [], []
-    for v, x in enumerate(batch.views):
-        neg = batch.views_neg[v] if batch.views_neg is not None else None
-        rows = x if neg is None else torch.cat([x, neg.reshape(-1, neg.shape[-1])])
-        h_all = view_encoder(encoder, v)(rows)
-        hs.append(h_all[:size])
-        negs.append(None if neg is None else h_all[size:].reshape(*neg.shape[:-1], -1))
-    return hs, negs
-
-
-def pair_loss(loss: nn.Module, hs: Sequence[Tensor], negs: Sequence[Tensor | None]) -> Tensor:
-    """The loss over every ordered pair of views (i, j), i ≠ j, averaged: mean of ``loss(h_i, h_j, h⁻_i)``,
-    view i's encodings as anchors, view j's as positives and view i's negatives (None: the loss takes them from
-    the batch). For two views ½[L(h_1, h_2, h⁻_1) + L(h_2, h_1, h⁻_2)], the symmetrised loss of Daunhawer et
-    al. 2023 (``main_mlp.py``'s ``train_step``)."""
-    terms = [loss(hs[i], hs[j], negs[i]) for i in range(len(hs)) for j in range(len(hs)) if i != j]
-    return torch.stack(terms).mean()
-
-
-def objective(c: Components, batch: dgp.Batch) -> tuple[Tensor, Tensor]:
-    """The loss on ``batch`` and the positives' encodings h_pos (the keys MoCo's queue takes after the step):
-    ``loss(h, h_pos, h_neg)`` of :func:`encodings`, or with views the :func:`pair_loss` of every pair of views
-    (h_pos: view 2's encodings)."""
-    if batch.views is None:
-        h, h_pos, h_neg = encodings(c, batch)
-        return c.loss(h, h_pos, h_neg), h_pos
-    dtype = c.process.dtype
-    with precision(c):
-        hs, negs = view_encodings(c.encoder, batch)
-    hs, negs = [h.to(dtype) for h in hs], [None if n is None else n.to(dtype) for n in negs]
-    return pair_loss(c.loss, hs, negs), hs[1]
-
-
-def after_step(c: Components, keys: Tensor) -> None:
-    """After the optimizer's step: with MoCo's queue, the momentum encoder follows the encoder and the step's
-    ``keys`` (its h_pos) join the queue."""
-    if c.queue is not None:
-        c.queue.follow(c.encoder)
-        c.queue.push(keys)
-
-
-def precision(c: Components) -> torch.autocast:
-    """bfloat16 autocast for the encoder's forward pass under ``train.precision: bf16``, else a no-op."""
-    return torch.autocast(c.device.type, dtype=torch.bfloat16, enabled=c.config["train"]["precision"] == "bf16")
-
-
-def clip_and_step(c: Components) -> None:
-    """Clip the gradient norm to ``optim.grad_clip`` (when set) and take the optimizer step."""
-    clip = c.config["optim"]["grad_clip"]
-    if clip is not None:
-        nn.utils.clip_grad_norm_([p for g in c.optimizer.param_groups for p in g["params"]], clip)
-    c.optimizer.step()
-
-
 def check(config: Mapping[str, Any]) -> dict[str, Any]:
     """Everything :func:`build` and the first training step would reject, as a ValueError naming the key; the
     config as it runs (:func:`with_cross_defaults`, and ``encoder.normalize: auto`` resolved).
@@ -350,8 +239,9 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mappi
     return check(config)
 
 
-def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Components:
-    """Check ``config`` (:func:`check`), then build process (unless given), encoder, loss and optimizer."""
+def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Solver:
+    """Check ``config`` (:func:`check`), then build process (unless given), encoder, loss and optimizer, and the
+    run's solver (:func:`identifiable_cl.solvers.solver_class`) over them."""
     config = check(config)
     device = resolve_device(config["device"])
     if config["train"]["threads"] is not None:
@@ -369,39 +259,7 @@ def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Comp
             groups.append({"params": group["params"], "lr": group.get("lr") or config["optim"]["loss_lr"], "name": f"loss{i}"})
     optimizer = torch.optim.Adam(groups, weight_decay=config["optim"]["weight_decay"])
     batches = process.make_generator(stream_seed(config["seed"], "train.batches"))
-    queue = KeyQueue(encoder, loss.queue, encoder.output_dim) if getattr(loss, "queue", None) else None
-    return Components(config, device, process, encoder, loss, optimizer, batches, queue=queue)
-
-
-def checkpoint_state(c: Components) -> dict[str, Any]:
-    """Tensors and plain containers only (loadable with ``torch.load(..., weights_only=True)``)."""
-    state = {
-        "step": c.step,
-        "encoder": c.encoder.state_dict(),
-        "loss": c.loss.state_dict(),
-        "optimizer": c.optimizer.state_dict(),
-        "rng": {"batches": c.batches.get_state(), "torch": torch.get_rng_state()},
-        "extra": c.extra,
-    }
-    if c.queue is not None:
-        state["queue"] = c.queue.state_dict()
-    if torch.cuda.is_available():
-        state["rng"]["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore(c: Components, state: Mapping[str, Any]) -> None:
-    c.step = int(state["step"])
-    c.encoder.load_state_dict(state["encoder"])
-    c.loss.load_state_dict(state["loss"])
-    c.optimizer.load_state_dict(state["optimizer"])
-    c.batches.set_state(state["rng"]["batches"])
-    torch.set_rng_state(state["rng"]["torch"])
-    if "cuda" in state["rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-    c.extra = dict(state.get("extra", {}))
-    if c.queue is not None:
-        c.queue.load_state_dict(state["queue"])
+    return solver_class(process, loss)(config, device, process, encoder, loss, optimizer, batches)
 
 
 def _saved_as(config: Mapping[str, Any], key: str, value: Any) -> bool:
@@ -415,8 +273,8 @@ def _saved_as(config: Mapping[str, Any], key: str, value: Any) -> bool:
     return canonical(node) == canonical(value)
 
 
-def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_checkpoint: bool = True) -> Components:
-    """The components of a saved run at its last checkpoint, from its own files; nothing is written.
+def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_checkpoint: bool = True) -> Solver:
+    """The solver of a saved run at its last checkpoint, from its own files; nothing is written.
 
     The process is ``dgp.pt``'s (its saved parameters, never re-drawn), and must agree with
     ``config.yaml``. ``overrides`` may change only the keys under :data:`RESUMABLE`. Every
@@ -464,7 +322,7 @@ def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_
     if checkpoint.is_file():
         state = rundir.load_torch(checkpoint)
         try:
-            restore(c, state)
+            c.load_state_dict(state)
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:
             raise ValueError(f"{checkpoint}: does not fit the run's config or is damaged ({exc})") from exc
     return c

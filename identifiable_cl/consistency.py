@@ -63,7 +63,6 @@ def consistency(dirs: Sequence[Path], samples: int = SAMPLES) -> list[Consistenc
     """Every group of at least two finished runs that share a process, with CEBRA's score for each ordered
     pair of its runs on the same ``samples`` held-out observations of that process."""
     from identifiable_cl.components import load_run
-    from identifiable_cl.training import encode_fn
 
     groups: dict[str, list[tuple[Path, Any]]] = {}
     for run_dir in dirs:
@@ -77,7 +76,7 @@ def consistency(dirs: Sequence[Path], samples: int = SAMPLES) -> list[Consistenc
         with torch.no_grad():
             z = process.sample_latents(samples, process.make_generator(stream_seed(SEED, "consistency")))
             x = process.mix(z)
-        h = [encode_fn(c.encoder)(x.to(c.device)).cpu() for _, c in members]
+        h = [c.encode(x.to(c.device)).cpu() for _, c in members]
         scores = [consistency_score(h[a], h[b]) for a, b in itertools.permutations(range(len(h)), 2)]
         r2 = [summary["r2_linear"] for d, _ in members
               if isinstance(summary := read_json(d / SUMMARY, missing_ok=True), dict) and "r2_linear" in summary]

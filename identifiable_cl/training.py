@@ -34,22 +34,12 @@ from tqdm import tqdm
 
 from dgp.seeding import stream_seed
 from identifiable_cl import __version__, linear, rundir
-from identifiable_cl.components import (
-    Components,
-    build,
-    after_step,
-    checkpoint_state,
-    clip_and_step,
-    encodings,
-    load_run,
-    next_batch,
-    objective,
-)
+from identifiable_cl.components import build, load_run
 from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recovery, linear_readout
-from identifiable_cl.encoders import view_encoder
 from identifiable_cl.evaluation.information import truth as information_truth
 from identifiable_cl.evaluation.views import evaluate_views
-from identifiable_cl.packing import batched_by_default, batched_step, check_packable
+from identifiable_cl.solvers import Solver
+from identifiable_cl.solvers.packed import check_packable, step_pack
 from identifiable_cl.tracking import Tracker, check_tracking, open_tracker
 
 
@@ -74,41 +64,6 @@ LOOPING = threading.Event()
 before it (start-up, checks, building the process, the identity baseline) a stop signal ends the run at once."""
 
 
-def train_step(c: Components) -> Tensor:
-    """One step on a fresh batch; returns the loss as a device tensor (no host synchronisation).
-
-    With ``train.precision: bf16`` the encoder's forward pass runs under bfloat16 autocast
-    and its outputs are cast back to float32 for the loss.
-    """
-    loss, keys = objective(c, next_batch(c))
-    c.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    clip_and_step(c)
-    after_step(c, keys)
-    return loss.detach()
-
-
-def packed_step(cs: Sequence[Components], batched: bool | None = None) -> list[Tensor]:
-    """One training step of every run in ``cs``: one batched computation
-    (:func:`identifiable_cl.packing.batched_step`) or each run's :func:`train_step` in turn (None:
-    :func:`identifiable_cl.packing.batched_by_default`); their losses, on device."""
-    if batched_by_default(cs) if batched is None else batched:
-        return batched_step(cs)
-    return [train_step(c) for c in cs]
-
-
-def encode_fn(encoder: nn.Module) -> Callable[[Tensor], Tensor]:
-    def encode(x: Tensor) -> Tensor:
-        was_training = encoder.training
-        encoder.eval()
-        with torch.no_grad():
-            h = encoder(x)
-        encoder.train(was_training)
-        return h
-
-    return encode
-
-
 def eval_arguments(e: Mapping[str, Any], final: bool) -> dict[str, Any]:
     """The sample sizes and options of an evaluation from the config's ``eval`` section (the final
     evaluation and the identity baseline use the ``final_*`` sizes; ``enabled``: every boolean ``eval.*`` key,
@@ -130,18 +85,18 @@ def reported(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if not k.endswith(MATCHING)}
 
 
-def evaluation(c: Components, final: bool) -> dict[str, Any]:
+def evaluation(c: Solver, final: bool) -> dict[str, Any]:
     """Held-out metrics at the current step (the final evaluation uses the larger sample sizes)."""
-    generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.step}"))
+    generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.steps_done}"))
     if c.process.view_count > 1:
-        encoders = [encode_fn(view_encoder(c.encoder, v)) for v in range(c.process.view_count)]
+        encoders = [lambda x, v=v: c.encode(x, v) for v in range(c.process.view_count)]
         metrics = evaluate_views(encoders, c.process, generator, control=final,
                                  **eval_arguments(c.config["eval"], final), rotation_reference=final)
     else:
-        metrics = evaluate(encode_fn(c.encoder), c.process, generator, **eval_arguments(c.config["eval"], final),
+        metrics = evaluate(c.encode, c.process, generator, **eval_arguments(c.config["eval"], final),
                            rotation_reference=final)
     if final:
-        metrics.update(in_sample_metrics(encode_fn(c.encoder), c, f"eval.{c.step}.in_sample"))
+        metrics.update(in_sample_metrics(c.encode, c, f"eval.{c.steps_done}.in_sample"))
     metrics.update(loss_metrics(c, metrics))
     if c.config["eval"]["mi"]:
         metrics.update(information_metrics(c))
@@ -151,24 +106,23 @@ def evaluation(c: Components, final: bool) -> dict[str, Any]:
 _TRUTHS: dict[tuple[str, int, int], dict[str, Any]] = {}
 
 
-def information_metrics(c: Components) -> dict[str, Any]:
+def information_metrics(c: Solver) -> dict[str, Any]:
     """The mutual-information keys (:mod:`identifiable_cl.evaluation.information`) of a run whose loss bounds
     I(z; z+) (``mi_bound``, with negatives from the batch, drawn from p(z) or queued): the encoder's bound
     log K - L on a held-out batch of the training size, and the process's own keys at that K, measured once
     per process, K and seed (they do not depend on the encoder). With MoCo's queue the queued keys are those of
     fresh held-out pairs under the current momentum encoder, a full queue's worth: every candidate is scored
-    by the same critic, as the bound requires (the training queue holds keys of older encoders)."""
+    by the same critic, as the bound requires (:meth:`identifiable_cl.solvers.Solver.mi_negatives`)."""
     mi_bound = getattr(c.loss, "mi_bound", None)
     if mi_bound is None or c.process.view_count > 1:
         return {}  # with views the loss pairs observations of different mixings: no bound on I(z; z+) is read
-    generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.step}.mi"))
+    generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.steps_done}.mi"))
     batch = c.process.sample(c.config["train"]["batch_size"], generator)
     if batch.z_neg is not None and not c.process.negatives.from_marginal():
         return {}  # the bound needs negatives drawn from p(z)
     with torch.no_grad():
-        h, h_pos, h_neg = encodings(c, batch)
-        if c.queue is not None:
-            h_neg = c.queue.encode(c.process.sample(c.queue.keys.shape[0], generator).x_pos).to(h.dtype)
+        h, h_pos, h_neg = c.encodings(batch)
+        h_neg = c.mi_negatives(h_neg, generator)
         value = float(c.loss(h, h_pos, h_neg))
     bound = mi_bound(value, batch.z.shape[0], None if h_neg is None else h_neg.shape[-2])
     if bound is None:
@@ -180,7 +134,7 @@ def information_metrics(c: Components) -> dict[str, Any]:
     return {**_TRUTHS[key], "mi_infonce_bound": encoder_bound}
 
 
-def in_sample_metrics(encode: Callable[[Tensor], Tensor], c: Components, stream: str) -> dict[str, float]:
+def in_sample_metrics(encode: Callable[[Tensor], Tensor], c: Solver, stream: str) -> dict[str, float]:
     """The scalar linear metrics (R², MCCs, block R²) fitted and scored on the same ``eval.in_sample_n``
     fresh samples of the random stream ``stream``, as the reference codes log them; keys get the suffix
     ``_in_sample``. None of them when ``eval.in_sample_n`` is null."""
@@ -193,7 +147,7 @@ def in_sample_metrics(encode: Callable[[Tensor], Tensor], c: Components, stream:
     return {f"{k}_in_sample": v for k, v in scored.items() if isinstance(v, float)}
 
 
-def loss_metrics(c: Components, metrics: Mapping[str, Any]) -> dict[str, Any]:
+def loss_metrics(c: Solver, metrics: Mapping[str, Any]) -> dict[str, Any]:
     """The loss's own logs (τ, Λ̂ ...) and, when the loss learns a Λ̂ (its ``lambda_hat`` log) and the
     process has a true Λ, both as ``lambda_learned`` / ``lambda_true`` and Λ recovery against the truth."""
     out: dict[str, Any] = dict(c.loss.logs()) if hasattr(c.loss, "logs") else {}
@@ -251,7 +205,7 @@ def draw_figures_if_possible(run_dir: Path) -> dict[str, Path]:
 _IDENTITIES: dict[str, dict[str, Any]] = {}
 
 
-def identity_key(c: Components) -> str:
+def identity_key(c: Solver) -> str:
     """A hash of what the identity baseline depends on: the process, the root seed (its random stream), the
     final evaluation's settings, the device type and the version."""
     e = c.config["eval"]
@@ -260,7 +214,7 @@ def identity_key(c: Components) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def measure_identity(c: Components) -> dict[str, Any]:
+def measure_identity(c: Solver) -> dict[str, Any]:
     """The metrics of the identity encoder h = g(z) (the observations themselves) at the final evaluation's
     sizes, and its in-sample scores as ``identity_*_in_sample``; with views, each view's observations."""
     generator = c.process.make_generator(stream_seed(c.config["seed"], "eval.identity"))
@@ -285,14 +239,14 @@ def identity_cache() -> Path | None:
     return Path(folder) if folder else None
 
 
-def check_before_writing(c: Components) -> None:
+def check_before_writing(c: Solver) -> None:
     """What can fail before training and is checked before a run's folder changes: its tracking and the
     identity baselines' cache."""
     check_tracking(c.config)
     identity_cache()
 
 
-def shared_identity(c: Components) -> dict[str, Any]:
+def shared_identity(c: Solver) -> dict[str, Any]:
     """:func:`measure_identity`, measured once per :func:`identity_key` in this process and, with
     :data:`identifiable_cl.rundir.IDENTITY_CACHE` set, once for every run that shares that folder (a damaged
     file is measured again)."""
@@ -375,7 +329,7 @@ def _owned_after(run_dir: Path, write: Callable[[], None]) -> int:
 class Trainer:
     """One run's directory, evaluations, checkpoints and summary; ``run()`` trains it and returns the summary."""
 
-    def __init__(self, c: Components, run_dir: Path, progress: bool | None = None, lock: int | None = None):
+    def __init__(self, c: Solver, run_dir: Path, progress: bool | None = None, lock: int | None = None):
         self.c, self.run_dir, self.progress, self.lock = c, Path(run_dir), progress, lock
         """``lock``: this process's hold on the run directory (:func:`identifiable_cl.rundir.own`), released by
         :meth:`close`."""
@@ -384,11 +338,11 @@ class Trainer:
         """The W&B run id of a packed run (alone, ``WANDB_RUN_ID`` or W&B chooses)."""
         self.wandb_name: str | None = None
         """The W&B run name of a packed run (alone, ``WANDB_NAME``, ``wandb.name`` or the folder's name)."""
-        self.checkpoint_step: int | None = c.step if (self.run_dir / rundir.CHECKPOINT).exists() else None
+        self.checkpoint_step: int | None = c.steps_done if (self.run_dir / rundir.CHECKPOINT).exists() else None
 
     @classmethod
     def create(cls, config: Mapping[str, Any], run_dir: Path, progress: bool | None = None,
-               components: Components | None = None) -> "Trainer":
+               components: Solver | None = None) -> "Trainer":
         """A new run: everything is built first (or given, as built from ``config``), then the directory is written."""
         c = build(config) if components is None else components
         check_before_writing(c)
@@ -416,14 +370,14 @@ class Trainer:
         run_dir = Path(run_dir)
         c = load_run(run_dir, overrides, need_checkpoint=False)
         steps = c.config["train"]["steps"]
-        if steps < c.step:
-            raise ValueError(f"train.steps={steps} is invalid: the run has reached step {c.step}, and a resumed run only "
-                             f"goes on (give train.steps >= {c.step})")
+        if steps < c.steps_done:
+            raise ValueError(f"train.steps={steps} is invalid: the run has reached step {c.steps_done}, and a resumed "
+                             f"run only goes on (give train.steps >= {c.steps_done})")
         check_before_writing(c)
 
         def write() -> None:
             rundir.remove_stale_temporaries(run_dir)
-            rundir.truncate_metrics(run_dir, c.step)
+            rundir.truncate_metrics(run_dir, c.steps_done)
             rundir.write_config(run_dir, c.config)
             for name in (rundir.SUMMARY, rundir.STOPPED):
                 (run_dir / name).unlink(missing_ok=True)
@@ -437,10 +391,10 @@ class Trainer:
             self.c.extra["pending"] = {"loss_sum": float(self._running), "count": self._count,
                                        "finite": bool(self._finite)}
         try:
-            rundir.save_torch(self.run_dir / rundir.CHECKPOINT, checkpoint_state(self.c))
+            rundir.save_torch(self.run_dir / rundir.CHECKPOINT, self.c.state_dict())
         finally:
             self.c.extra.pop("pending", None)
-        self.checkpoint_step = self.c.step
+        self.checkpoint_step = self.c.steps_done
 
     def record(self, record: dict[str, Any]) -> None:
         rundir.append_metrics(self.run_dir, [record])
@@ -455,7 +409,7 @@ class Trainer:
 
     def interrupted_message(self) -> str:
         """What an interruption kept, and the command that continues the run."""
-        return f"interrupted at step {self.c.step} of {self.c.config['train']['steps']}; {self.kept()}"
+        return f"interrupted at step {self.c.steps_done} of {self.c.config['train']['steps']}; {self.kept()}"
 
     def kept(self) -> str:
         """What a run that stops now keeps, and the command that continues it."""
@@ -472,7 +426,7 @@ class Trainer:
         """Log the figures of a finished run (``train.figures``) and finish its tracker (``None``: the run failed)."""
         try:
             if summary is not None and self.c.config["train"]["figures"]:
-                self.tracker.log_figures(self.c.step, draw_figures_if_possible(self.run_dir))
+                self.tracker.log_figures(self.c.steps_done, draw_figures_if_possible(self.run_dir))
             self.tracker.finish(summary)
         finally:
             if self.lock is not None:
@@ -487,15 +441,15 @@ class Trainer:
 
     @property
     def done(self) -> bool:
-        return self.c.step >= self.c.config["train"]["steps"]
+        return self.c.steps_done >= self.c.config["train"]["steps"]
 
     def begin(self) -> None:
         """Before the first step: the identity baseline, the initial checkpoint, the progress display."""
         c = self.c
         self._identity = self.identity()
-        if c.step == 0:
+        if c.steps_done == 0:
             self.save_checkpoint()
-        self._progress = Progress(self.progress, c.config["train"]["steps"], c.step)
+        self._progress = Progress(self.progress, c.config["train"]["steps"], c.steps_done)
         pending = c.extra.pop("pending", {"loss_sum": 0.0, "count": 0, "finite": True})
         self._running = torch.tensor(pending["loss_sum"], device=c.device, dtype=torch.float64)
         self._finite = torch.tensor(pending["finite"], device=c.device)
@@ -504,26 +458,25 @@ class Trainer:
     def after_step(self, loss: Tensor) -> None:
         """Account for one step's loss: log, evaluate and checkpoint at their cadence."""
         c, t = self.c, self.c.config["train"]
-        c.step += 1
         self._running += loss
         limit = t["loss_limit"]
         self._finite &= torch.isfinite(loss) if limit is None else loss.abs() <= limit  # NaN fails both
         self._count += 1
-        log_now = c.step % t["log_every"] == 0
-        eval_now = c.step % t["eval_every"] == 0 or c.step == t["steps"]
-        ckpt_now = c.step % t["checkpoint_every"] == 0 or c.step == t["steps"]
+        log_now = c.steps_done % t["log_every"] == 0
+        eval_now = c.steps_done % t["eval_every"] == 0 or c.steps_done == t["steps"]
+        ckpt_now = c.steps_done % t["checkpoint_every"] == 0 or c.steps_done == t["steps"]
         if log_now or eval_now or ckpt_now:
             if not bool(self._finite):
                 self._progress.bar.close()
-                self.stop(c.step - self._count + 1)
-            record: dict[str, Any] = {"step": c.step, "loss": self._running.item() / self._count}
+                self.stop(c.steps_done - self._count + 1)
+            record: dict[str, Any] = {"step": c.steps_done, "loss": self._running.item() / self._count}
             self._running.zero_()
             self._count = 0
-            metrics = evaluation(c, final=c.step == t["steps"]) if eval_now else None
+            metrics = evaluation(c, final=c.steps_done == t["steps"]) if eval_now else None
             if metrics is not None:
                 record.update(reported(metrics))
             self.record(record)
-            self._progress.show(c.step, record["loss"], metrics, log_now or eval_now)
+            self._progress.show(c.steps_done, record["loss"], metrics, log_now or eval_now)
             if ckpt_now:
                 self.save_checkpoint()
         self._progress.bar.update(1)
@@ -532,9 +485,9 @@ class Trainer:
         """The loss diverged between step ``first`` and now: record it in ``stopped.json``, raise NonFiniteLoss."""
         c, limit = self.c, self.c.config["train"]["loss_limit"]
         what = "NaN or inf" if limit is None else f"NaN, inf or larger in magnitude than train.loss_limit={limit:g}"
-        reason = f"the loss became {what} between steps {first} and {c.step}"
+        reason = f"the loss became {what} between steps {first} and {c.steps_done}"
         rundir.write_json(self.run_dir / rundir.STOPPED, {
-            "reason": reason, "first_step": first, "last_step": c.step, "checkpoint_step": self.checkpoint_step,
+            "reason": reason, "first_step": first, "last_step": c.steps_done, "checkpoint_step": self.checkpoint_step,
         })
         raise NonFiniteLoss(
             f"{reason}; stopped. The last good checkpoint (step {self.checkpoint_step}) in {self.run_dir} is kept "
@@ -548,7 +501,7 @@ class Trainer:
         wall = time.perf_counter() - progress.started
         latest = progress.latest or evaluation(c, final=True)  # a resumed finished run is evaluated once more
         c.extra["wall_s"] = c.extra.get("wall_s", 0.0) + wall
-        c.extra["steps_timed"] = c.extra.get("steps_timed", 0) + (c.step - progress.start_step)
+        c.extra["steps_timed"] = c.extra.get("steps_timed", 0) + (c.steps_done - progress.start_step)
         self.save_checkpoint()
         summary = self.summarize(latest, self._identity)
         self._readout()
@@ -557,21 +510,21 @@ class Trainer:
 
     def summarize(self, metrics: Mapping[str, Any], identity: Mapping[str, Any]) -> dict[str, Any]:
         c, wall = self.c, self.c.extra["wall_s"]
-        return {**reported(metrics), **identity, "steps": c.step, "wall_s": wall,
+        return {**reported(metrics), **identity, "steps": c.steps_done, "wall_s": wall,
                 "steps_per_s": c.extra["steps_timed"] / wall if wall > 0 else math.nan, "seed": c.config["seed"],
                 "dgp_fingerprint": c.process.fingerprint(), "version": __version__}
 
     def _readout(self) -> None:
         """Save true vs linearly read-out test latents (for the recovery scatter plots)."""
         generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.readout"))
-        z, z_hat, per_dim = linear_readout(encode_fn(self.c.encoder), self.c.process, generator, n_fit=4096, n_test=2048)
+        z, z_hat, per_dim = linear_readout(self.c.encode, self.c.process, generator, n_fit=4096, n_test=2048)
         rundir.save_npz(self.run_dir / rundir.READOUT, z=z, z_hat=z_hat, r2_per_dim=per_dim)
 
 
 def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
                shared: bool = True) -> list[dict[str, Any] | BaseException]:
-    """Train ``trainers`` as one pack (``batched`` as in :func:`packed_step`): the one run loop, a single
-    run being a pack of one. Per run its summary, or the error that stopped it (a loss that stops being
+    """Train ``trainers`` as one pack (``batched`` as in :func:`identifiable_cl.solvers.packed.step_pack`): the
+    one run loop, a single run being a pack of one. Per run its summary, or the error that stopped it (a loss that stops being
     finite ends its run only; the others go on). :data:`STOP` ends every run at the next step boundary with
     a checkpoint of that step, a KeyboardInterrupt at once with its last checkpoint, both as
     :class:`Interrupted`, its message saying what each kept. ``shared``: the runs' W&B runs share this
@@ -590,7 +543,7 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
                     trainers[i].save_checkpoint(pending=True)
                 raise KeyboardInterrupt
             running = [i for i in active if not trainers[i].done]
-            losses = packed_step([trainers[i].c for i in running], batched) if running else []
+            losses = step_pack([trainers[i].c for i in running], batched) if running else []
             for i, loss in zip(running, losses):
                 try:
                     trainers[i].after_step(loss)

@@ -74,17 +74,17 @@ def run(finished, tmp_path):
 def interrupt_at(monkeypatch):
     """``interrupt_at(step)``: from then on, a run's step raises KeyboardInterrupt (as Ctrl-C does) when the
     run stands at ``step``; ``interrupt_at(None)`` gives training its real step back."""
-    from identifiable_cl import training
+    from identifiable_cl.solvers import Solver
 
-    real = training.train_step
+    real = Solver.step
 
     def at(step):
         def interrupted(c):
-            if c.step == step:
+            if c.steps_done == step:
                 raise KeyboardInterrupt
             return real(c)
 
-        monkeypatch.setattr(training, "train_step", real if step is None else interrupted)
+        monkeypatch.setattr(Solver, "step", real if step is None else interrupted)
 
     return at
 

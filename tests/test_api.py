@@ -24,7 +24,7 @@ def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
     exec(compile(readme_example(), "README.md", "exec"), namespace)
     result = namespace["result"]
     assert result.run_dir.parent == tmp_path and (result.run_dir / "summary.json").is_file()
-    assert result.summary["steps"] == 300 and namespace["run"].step == 300
+    assert result.summary["steps"] == 300 and namespace["run"].steps_done == 300
     assert namespace["batch"].z.shape == (1024, 10) and (tmp_path / "process.pt").is_file()
     assert str(result.run_dir) in capsys.readouterr().out
 
@@ -48,7 +48,7 @@ def test_train_takes_parts_of_a_config_and_checks_them(tmp_path):
              "eval.n_fit": 64, "eval.n_test": 64, "eval.final_n_fit": 128, "eval.final_n_test": 128,
              "eval.nonlinear": False}
     result = icl.train({"train": {"batch_size": 32}}, small, run_dir=tmp_path / "run")
-    assert result.components.config["train"]["batch_size"] == 32 and result.summary["steps"] == 10
+    assert result.solver.config["train"]["batch_size"] == 32 and result.summary["steps"] == 10
     with pytest.raises(ValueError, match="loss.tau=-1 is invalid"):
         icl.train(None, {**small, "loss.tau": -1}, run_dir=tmp_path / "bad")
     assert not (tmp_path / "bad").exists()

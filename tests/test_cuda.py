@@ -12,7 +12,7 @@ import torch
 import dgp
 from identifiable_cl import rundir
 from identifiable_cl.benchmarks import sections as bench
-from identifiable_cl.packing import batched_by_default
+from identifiable_cl.solvers.packed import batched_by_default
 from identifiable_cl.training import Trainer, run_packed
 from tests.test_packing import configs, losses
 from tests.tiny import tiny_config
@@ -78,7 +78,7 @@ def test_bench_sections_run_on_cuda(monkeypatch):
     monkeypatch.setattr(bench, "PACKING_CASES", [("tiny", None, {"encoder.widths": [8], "train.batch_size": 16})])
     rows = bench.bench_packing(sizes=(1, 4), steps=1, device=device, print_fn=lines.append)
     assert [r["k"] for r in rows] == [1, 4]
-    assert lines[-1] == "packs on this device take one batched step unless told (identifiable_cl.packing)"
+    assert lines[-1] == "packs on this device take one batched step unless told (identifiable_cl.solvers.packed)"
 
 
 def test_cuda_events_agree_with_the_synchronised_wall_clock():

@@ -6,7 +6,6 @@ import torch
 
 from identifiable_cl.benchmarks.syncs import host_syncs
 from identifiable_cl.components import build
-from identifiable_cl.training import train_step
 from tests.tiny import tiny_config
 
 R24 = {"dgp.space.name": "sphere", "dgp.conditional.name": "anisotropic", "dgp.conditional.lambdas": "bimodal",
@@ -36,8 +35,8 @@ def eager(monkeypatch):
 def test_a_steady_state_step_makes_no_host_synchronisation(setting, eager):
     c = build(tiny_config(**{"train.batch_size": 64, **SETTINGS[setting]}))
     for _ in range(3):  # past the first steps (lazy state, the queue filling)
-        train_step(c)
-    assert host_syncs(lambda: train_step(c)) == {}
+        c.step()
+    assert host_syncs(c.step) == {}
 
 
 def test_the_counter_sees_scalar_reads_and_data_dependent_shapes_of_our_own_code_only():

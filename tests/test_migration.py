@@ -47,7 +47,7 @@ def as_version_1(run_dir):
 def test_todays_run_records_the_schema_version_and_loads_unchanged(run):
     assert rundir.read_json(run / rundir.META)["schema_version"] == SCHEMA_VERSION
     c = load_run(run)
-    assert c.config == rundir.read_config(run) and c.step == 20
+    assert c.config == rundir.read_config(run) and c.steps_done == 20
     config, saved = rundir.read_config(run), rundir.load_torch(run / rundir.DGP)
     assert migrate(config, saved, SCHEMA_VERSION) == (config, saved)
 
@@ -62,7 +62,7 @@ def test_a_version_1_run_gets_the_behaviour_it_ran_with_and_resumes(run):
     # and fitted every nonlinear R² on 1000 centres
     assert c.config["eval"]["n_centres"] == 1000 != DEFAULTS["eval"]["n_centres"]
     assert c.config["eval"]["final_n_centres"] == DEFAULTS["eval"]["final_n_centres"] == 1000
-    assert c.process.fingerprint() == fingerprint and c.step == 20
+    assert c.process.fingerprint() == fingerprint and c.steps_done == 20
     summary = Trainer.resume(run, {"train.steps": 30}, progress=False).run()
     assert summary["steps"] == 30 and summary["dgp_fingerprint"] == fingerprint
     assert yaml.safe_load((run / rundir.CONFIG).read_text())["train"]["matmul"] == "blas"  # rewritten as it ran

@@ -6,7 +6,7 @@ import pytest
 
 from identifiable_cl import rundir
 from identifiable_cl.cli import main
-from identifiable_cl.packing import check_packable, pack_key
+from identifiable_cl.solvers.packed import check_packable, pack_key
 from identifiable_cl.components import build
 from identifiable_cl.training import Interrupted, NonFiniteLoss, Trainer, run_packed
 from tests.tiny import TINY, tiny_config

@@ -15,6 +15,7 @@ import torch
 from identifiable_cl import rundir
 from identifiable_cl.cli import main
 from identifiable_cl.components import load_config
+from identifiable_cl.solvers import Solver
 from identifiable_cl.training import NonFiniteLoss, Trainer
 
 
@@ -125,10 +126,8 @@ def test_resume_removes_stale_temporaries(run):
 
 @pytest.mark.parametrize("factor", [float("nan"), 1e22])
 def test_a_diverged_loss_records_why_it_stopped(tmp_path, monkeypatch, factor, capsys, tiny):
-    import identifiable_cl.training as training
-
-    real = training.train_step
-    monkeypatch.setattr(training, "train_step", lambda c: real(c) * (factor if c.step >= 14 else 1.0))
+    real = Solver.step
+    monkeypatch.setattr(Solver, "step", lambda c: real(c) * (factor if c.steps_done > 14 else 1.0))
     with pytest.raises(NonFiniteLoss):
         Trainer.create(load_config(None, tiny), tmp_path / "run", progress=False).run()
     stopped = json.loads((tmp_path / "run" / rundir.STOPPED).read_text())
@@ -140,10 +139,8 @@ def test_a_diverged_loss_records_why_it_stopped(tmp_path, monkeypatch, factor, c
 
 
 def test_without_a_loss_limit_only_non_finite_losses_stop(tmp_path, monkeypatch, tiny):
-    import identifiable_cl.training as training
-
-    real = training.train_step
-    monkeypatch.setattr(training, "train_step", lambda c: real(c) * 1e22)
+    real = Solver.step
+    monkeypatch.setattr(Solver, "step", lambda c: real(c) * 1e22)
     summary = Trainer.create(load_config(None, {**tiny, "train.loss_limit": None}), tmp_path / "run", progress=False).run()
     assert summary["steps"] == 20
 
@@ -240,20 +237,20 @@ def test_a_run_stopped_between_log_steps_resumes_as_the_uninterrupted_run(tmp_pa
 
     config = {"train.steps": 40, "train.log_every": 10, "train.checkpoint_every": 40}
     full = Trainer.create(tiny_config(**config), tmp_path / "full", progress=False).run()
-    real = training.train_step
+    real = Solver.step
 
     def stop_after_seventeen(c):
-        if c.step == 16:
+        if c.steps_done == 16:
             training.STOP.set()
         return real(c)
 
-    monkeypatch.setattr(training, "train_step", stop_after_seventeen)
+    monkeypatch.setattr(Solver, "step", stop_after_seventeen)
     try:
         with pytest.raises(training.Interrupted, match="interrupted at step 17 of 40; the checkpoint of step 17"):
             Trainer.create(tiny_config(**config), tmp_path / "half", progress=False).run()
     finally:
         training.STOP.clear()
-    monkeypatch.setattr(training, "train_step", real)
+    monkeypatch.setattr(Solver, "step", real)
     resumed = Trainer.resume(tmp_path / "half", progress=False).run()
     assert rundir.read_metrics(tmp_path / "half") == rundir.read_metrics(tmp_path / "full")
     assert resumed["r2_linear"] == full["r2_linear"]
@@ -308,16 +305,14 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_previous_
 
 @pytest.mark.parametrize("at, kept", [(15, "the checkpoint of step 10 is kept"), (3, "the checkpoint of step 0 is kept")])
 def test_running_out_of_memory_is_one_line_saying_what_the_run_keeps(tmp_path, tiny, monkeypatch, capsys, at, kept):
-    import identifiable_cl.training as training
-
-    real = training.train_step
+    real = Solver.step
 
     def step(c):
-        if c.step == at:
+        if c.steps_done == at:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
         return real(c)
 
-    monkeypatch.setattr(training, "train_step", step)
+    monkeypatch.setattr(Solver, "step", step)
     run = tmp_path / "run"
     assert main(["train", *(f"--{k}={v}" for k, v in tiny.items()), "--run-dir", str(run), "--quiet"]) == 1
     err = capsys.readouterr().err.strip()

@@ -7,6 +7,7 @@ import torch
 from identifiable_cl import rundir
 from identifiable_cl.cli import main
 from identifiable_cl.components import load_config
+from identifiable_cl.solvers import Solver
 from identifiable_cl.training import NonFiniteLoss, Trainer
 from tests.tiny import TINY, tiny_config
 
@@ -42,15 +43,13 @@ def test_resume_equals_uninterrupted(tmp_path):
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
-    import identifiable_cl.training as training
-
-    real = training.train_step
+    real = Solver.step
 
     def poisoned(c):
         loss = real(c)
-        return loss * float("nan") if c.step >= 55 else loss
+        return loss * float("nan") if c.steps_done > 55 else loss
 
-    monkeypatch.setattr(training, "train_step", poisoned)
+    monkeypatch.setattr(Solver, "step", poisoned)
     trainer = Trainer.create(tiny_config(**{"train.steps": 100}), tmp_path / "run", progress=False)
     with pytest.raises(NonFiniteLoss, match="NaN, inf or larger in magnitude than train.loss_limit"):
         trainer.run()
@@ -115,7 +114,7 @@ def test_in_sample_scores_are_fitted_and_scored_on_the_same_fresh_samples(run):
         residual = z - design @ np.linalg.lstsq(design, z, rcond=None)[0]
         return float(np.mean(1 - (residual**2).sum(0) / ((z - z.mean(0)) ** 2).sum(0)))
 
-    assert summary["r2_linear_in_sample"] == pytest.approx(in_sample_r2(f"eval.{c.step}.in_sample", c.encoder), abs=1e-6)
+    assert summary["r2_linear_in_sample"] == pytest.approx(in_sample_r2(f"eval.{c.steps_done}.in_sample", c.encoder), abs=1e-6)
     assert summary["identity_r2_linear_in_sample"] == pytest.approx(in_sample_r2("eval.identity.in_sample", lambda x: x), abs=1e-6)
     assert "r2_linear_in_sample" not in evaluate_run(run)
 
@@ -197,7 +196,7 @@ def test_threads_follow_the_cpus_a_run_was_given(tmp_path, monkeypatch, capsys):
 
 
 def test_a_training_batch_is_drawn_on_one_thread_with_the_same_draws(tiny):
-    from identifiable_cl.components import build, next_batch
+    from identifiable_cl.components import build
 
     before = torch.get_num_threads()
     try:
@@ -206,7 +205,7 @@ def test_a_training_batch_is_drawn_on_one_thread_with_the_same_draws(tiny):
         seen = []
         sample = c.process.sample
         c.process.sample = lambda *a: seen.append(torch.get_num_threads()) or sample(*a)
-        ours, theirs = next_batch(c), plain.process.sample(tiny["train.batch_size"], plain.batches)
+        ours, theirs = c.batch(), plain.process.sample(tiny["train.batch_size"], plain.batches)
         assert seen == [1] and torch.get_num_threads() == 2
         for name in ("z", "x", "z_pos", "x_pos"):
             assert torch.equal(getattr(ours, name), getattr(theirs, name))

@@ -51,7 +51,7 @@ def test_packing_section_reports(monkeypatch):
     rows = bench.bench_packing(sizes=(1, 2), steps=1, print_fn=lines.append)
     assert [r["k"] for r in rows] == [1, 2] and all(r["ratio"] > 0 for r in rows)
     assert lines[-2].startswith("tiny")
-    assert lines[-1] == "packs on this device take each run's own step in turn unless told (identifiable_cl.packing)"
+    assert lines[-1] == "packs on this device take each run's own step in turn unless told (identifiable_cl.solvers.packed)"
 
 
 def test_peak_memory_probe_measures_a_fresh_process():

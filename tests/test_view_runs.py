@@ -10,11 +10,12 @@ import torch
 from identifiable_cl import rundir
 from identifiable_cl.aggregate import results
 from identifiable_cl.cli import main
-from identifiable_cl.components import build, load_config, pair_loss, view_encodings
+from identifiable_cl.components import build, load_config
 from identifiable_cl.encoders import ViewEncoders
 from identifiable_cl.evaluation.views import ViewSample, evaluate_views
 from identifiable_cl.losses import LOSSES
-from identifiable_cl.packing import batched_step
+from identifiable_cl.solvers.packed import batched_step
+from identifiable_cl.solvers.views import pair_loss, view_encodings
 from identifiable_cl.training import Trainer, run_packed
 from tests.tiny import TINY
 from tests.dgp.test_multimodal import MULTIMODAL, multimodal

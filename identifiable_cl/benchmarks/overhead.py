@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
         return tracker
 
     wrapped = {name: _timed(parts, part, getattr(training, name)) for name, part in (
-        ("build", "build"), ("shared_identity", "identity"), ("train_step", "steps"), ("evaluate", "evaluation"),
+        ("build", "build"), ("shared_identity", "identity"), ("step_pack", "steps"), ("evaluate", "evaluation"),
         ("draw_figures_if_possible", "figures"))}
     wrapped["open_tracker"] = open_tracker
     originals = {name: getattr(training, name) for name in wrapped}

@@ -18,7 +18,7 @@
   ``train.precision`` bf16 against fp32 (torch's BLAS), and fp32 through oneDNN
   (``train.matmul``).
 - packing: K runs (seeds 0..K-1; K = 1, 2, 4, 8 on a CPU, 1, 4, 12, 32 on a GPU) stepped as
-  one batched pack (``identifiable_cl.packing``) against the same K runs stepped one after
+  one batched pack (``identifiable_cl.solvers.packed``) against the same K runs stepped one after
   the other, on the default config and on R24's setting (reference encoder, batch 1000):
   aggregate run-steps/s of both and their ratio.
 - overhead: what a run costs besides training, each a fresh process: ``icl --help`` and ``icl train --help``;
@@ -201,7 +201,6 @@ def bench_sampling(batch: int = 6144, reps: int = 20, device: torch.device | Non
 def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, device: torch.device | None = None,
                    print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
     from identifiable_cl.components import build, load_config
-    from identifiable_cl.training import train_step
 
     device = device or bench_device()
     print_fn(f"\ntraining steps at n = 10 on {device} (median of {steps} steps, {_matmul(device)}); encoder = its own "
@@ -215,9 +214,9 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, devic
                                           "device": str(device)})
             c = build(config)
             pure = encoder_own_step(c)
-            full, core = interleaved([lambda: train_step(c), pure], steps, device=device)
+            full, core = interleaved([c.step, pure], steps, device=device)
             share = max(0.0, 1 - core / full)
-            syncs = host_syncs(lambda: train_step(c), device)
+            syncs = host_syncs(c.step, device)
             rows.append({"case": label, "batch": batch, "steps_per_s": 1 / full, "step_ms": full * 1e3,
                          "encoder_ms": core * 1e3, "overhead": share, "ratio": full / core, "host_syncs": syncs})
             print_fn(f"{label:<30}{batch:>7}{1 / full:>9.2f}{full * 1e3:>9.1f}{core * 1e3:>12.1f}{100 * share:>9.1f}%"
@@ -380,7 +379,6 @@ def bench_precision(batch: int = 1000, steps: int = 10, device: torch.device | N
     ``identifiable_cl.linear``) and in bf16."""
     from identifiable_cl import linear
     from identifiable_cl.components import build, load_config
-    from identifiable_cl.training import train_step
 
     device = device or bench_device()
     cases = {"fp32": {"train.matmul": "blas"}, "bf16": {"train.precision": "bf16"}}
@@ -389,7 +387,7 @@ def bench_precision(batch: int = 1000, steps: int = 10, device: torch.device | N
     cs = [build(load_config("sphere", {"train.batch_size": batch, "dgp.mixing.cond_draws": 2500, "device": str(device), **o}))
           for o in cases.values()]
     # warm-up: the first bf16 steps also create the device's bf16 matrix-product kernels
-    times = interleaved([lambda c=c: train_step(c) for c in cs], steps, warmup=3, device=device)
+    times = interleaved([c.step for c in cs], steps, warmup=3, device=device)
     out: dict[str, Any] = dict(zip(cases, times))
     out["speedup"] = out["fp32"] / out["bf16"]
     line = (f"\nprecision, reference encoder, batch {batch}, on {device}: fp32 {out['fp32'] * 1e3:.1f} ms, bf16 "
@@ -409,8 +407,7 @@ PACK_SIZES = {"cpu": (1, 2, 4, 8), "cuda": (1, 4, 12, 32)}
 def bench_packing(sizes: Iterable[int] | None = None, steps: int = 5, device: torch.device | None = None,
                   print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
     from identifiable_cl.components import build, load_config
-    from identifiable_cl.packing import batched_by_default, batched_step
-    from identifiable_cl.training import train_step
+    from identifiable_cl.solvers.packed import batched_by_default, batched_step
 
     device = device or bench_device()
     sizes = PACK_SIZES[device.type] if sizes is None else sizes
@@ -423,13 +420,13 @@ def bench_packing(sizes: Iterable[int] | None = None, steps: int = 5, device: to
             cs = [build(load_config(preset, {**overrides, "seed": seed, "dgp.mixing.cond_draws": 2500,
                                              "device": str(device)}))
                   for seed in range(k)]
-            sequential, packed = interleaved([lambda: [train_step(c) for c in cs], lambda: batched_step(cs)],
+            sequential, packed = interleaved([lambda: [c.step() for c in cs], lambda: batched_step(cs)],
                                              steps, warmup=1, device=device)
             row = {"case": label, "k": k, "sequential": k / sequential, "packed": k / packed, "ratio": sequential / packed}
             rows.append(row)
             print_fn(f"{label:<32}{k:>3}{row['sequential']:>12.2f}{row['packed']:>10.2f}{row['ratio']:>7.2f}x")
     mode = "one batched step" if batched_by_default(cs) else "each run's own step in turn"
-    print_fn(f"packs on this device take {mode} unless told (identifiable_cl.packing)")
+    print_fn(f"packs on this device take {mode} unless told (identifiable_cl.solvers.packed)")
     return rows
 
 

@@ -76,7 +76,7 @@ def train_pack(runs: Sequence[tuple[Mapping[str, Any], Path, str | None]]) -> li
     """
     from identifiable_cl.cli.tables import results_table
     from identifiable_cl.components import build
-    from identifiable_cl.packing import check_packable
+    from identifiable_cl.solvers.packed import check_packable
     from identifiable_cl.training import Trainer, run_packed
 
     built = [build(config) for config, *_ in runs]
@@ -96,7 +96,7 @@ def train_pack(runs: Sequence[tuple[Mapping[str, Any], Path, str | None]]) -> li
 
 
 def cmd_train_packed(args: argparse.Namespace, overrides: Mapping[str, Any]) -> int:
-    """``icl train ... --pack-seeds S``: one run per seed, trained as one pack (``identifiable_cl.packing``)."""
+    """``icl train ... --pack-seeds S``: one run per seed, trained as one pack (``identifiable_cl.solvers.packed``)."""
     if args.resume or args.run_dir:
         raise ValueError("--pack-seeds starts new runs under --out; it takes neither --resume nor --run-dir")
     from identifiable_cl.components import load_config

@@ -33,7 +33,7 @@ from torch import Tensor
 
 import dgp
 from dgp.seeding import stream_seed
-from identifiable_cl.components import observations, split_encodings
+from identifiable_cl.solvers.base import observations, split_encodings
 
 IDENTITY, ROTATION, CONSTANT = "identity", "rotation", "constant"
 SIGNIFICANT = 2.0

@@ -61,6 +61,7 @@ from torch import Tensor
 import dgp
 from identifiable_cl import components
 from identifiable_cl.reproduce.experiment import Experiment, Population, PopulationSeries
+from identifiable_cl.solvers import Solver
 from identifiable_cl.reproduce.margins import (
     CONSTANT, ROTATION, SIGNIFICANT, Estimate, draws, encoder_name, encoders, expected_losses, kish_ess, margins,
     pooled, ratio,
@@ -127,7 +128,7 @@ class PopulationCheck:
         }
 
 
-def hardness(config: Mapping[str, Any], built: components.Components) -> tuple[str, float]:
+def hardness(config: Mapping[str, Any], built: Solver) -> tuple[str, float]:
     """Where a run's negatives are made hard and by which β: ``("dgp", β)`` for tilted negatives drawn by
     the process, ``("loss", β)`` for the ``hard_negative`` loss's importance weights, ``("none", 0)``
     otherwise."""
@@ -154,7 +155,7 @@ def _kappa(config: Mapping[str, Any], process: dgp.Process) -> float | None:
     return float(process.conditional.kappa) if config["dgp"]["conditional"]["name"] == "vmf" else None
 
 
-def temperature(config: Mapping[str, Any], built: components.Components, series: PopulationSeries) -> tuple[float, str]:
+def temperature(config: Mapping[str, Any], built: Solver, series: PopulationSeries) -> tuple[float, str]:
     """The τ a run (``config``, built as ``built``) is evaluated at and the rule that gave it (module
     docstring)."""
     own = float(built.loss.temperature.item())
@@ -172,7 +173,7 @@ def temperature(config: Mapping[str, Any], built: components.Components, series:
 
 
 def build(experiment: Experiment, series: PopulationSeries, label: str, scale: str
-          ) -> tuple[dict[str, Any], components.Components, str]:
+          ) -> tuple[dict[str, Any], Solver, str]:
     """Run ``label``'s config and components as the check uses them (identity mixing; the temperature of
     its series' rule), with the rule that gave that τ."""
     config = copy.deepcopy(experiment.config(label, scale))

@@ -30,7 +30,7 @@ recorded and the others go on. With ``devices``, worker slot i runs its jobs wit
 ``CUDA_VISIBLE_DEVICES=devices[i % len(devices)]``.
 
 With ``pack`` K > 1, up to K runs whose tensors have the same shapes
-(:func:`identifiable_cl.packing.pack_key`) train in one ``icl train
+(:func:`identifiable_cl.solvers.packed.pack_key`) train in one ``icl train
 --pack-file`` process (``pack.json`` in the first run's folder lists them); each
 keeps its folder, ``params.yaml``, W&B run id and its own ``status.json`` with
 its own exit code, and ``stdout.log`` holds the pack's output. Packing needs the
@@ -492,7 +492,7 @@ def _execute_packed(spec: SweepSpec, runs: Sequence[PlannedRun], locks: Sequence
 
 def pack_groups(spec: SweepSpec, runs: Sequence[PlannedRun], size: int) -> list[list[PlannedRun]]:
     """The runs in packs of at most ``size`` whose configs share a pack key, in plan order."""
-    from identifiable_cl.packing import pack_key
+    from identifiable_cl.solvers.packed import pack_key
     from identifiable_cl.sweeps.plan import run_config
 
     groups: list[tuple[tuple, list[PlannedRun]]] = []

@@ -10,13 +10,13 @@ import pytest
 import torch
 from torch import nn
 
-from identifiable_cl.components import build, checkpoint_state
+from identifiable_cl.components import build
 from identifiable_cl.losses import LOSSES
 from identifiable_cl.losses.base import REDUCTIONS
 from identifiable_cl.losses.infonce import InfoNCE
 from identifiable_cl.losses.queue import KeyQueue, QueueOptions
-from identifiable_cl.packing import batched_step
-from identifiable_cl.training import Trainer, information_metrics, run_packed, train_step
+from identifiable_cl.solvers.packed import batched_step
+from identifiable_cl.training import Trainer, information_metrics, run_packed
 from tests.tiny import tiny_config
 
 QUEUED = {"loss.negatives": "queue", "loss.queue.size": 48, "loss.queue.momentum": 0.9, "train.batch_size": 16}
@@ -178,18 +178,18 @@ def test_a_training_step_fills_the_queue_with_the_momentum_keys():
     c = build(tiny_config(**QUEUED))
     assert c.queue is not None and c.queue.keys.shape == (48, c.encoder.output_dim)
     for step in range(4):
-        train_step(c)
+        c.step()
         assert int(c.queue.filled) == min(16 * (step + 1), 48)
     assert all(p.requires_grad for p in c.encoder.parameters())
     changed = [not torch.equal(a, b) for a, b in zip(c.encoder.parameters(), c.queue.encoder.parameters())]
     assert all(changed)  # m = 0.9: the keys' encoder lags behind
-    state = checkpoint_state(c)
+    state = c.state_dict()
     assert set(state["queue"]) >= {"keys", "filled", "pointer"}
 
 
 def test_the_bound_is_measured_with_a_full_queue_of_fresh_keys():
     c = build(tiny_config(**QUEUED))
-    train_step(c)
+    c.step()
     got = information_metrics(c)
     assert got["log_k"] == pytest.approx(math.log(16 + 48))
     assert got["mi_infonce_bound"] <= got["log_k"]

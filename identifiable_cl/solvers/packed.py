@@ -25,8 +25,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from identifiable_cl.components import Components, clip_and_step, next_batch, observations, precision, split_encodings
 from identifiable_cl.linear import blas_only
+from identifiable_cl.solvers.base import Solver, observations, split_encodings
 
 
 def pack_key(config: Mapping[str, Any]) -> tuple:
@@ -48,7 +48,7 @@ def _shapes(encoder: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
     return [(name, tuple(p.shape)) for name, p in encoder.named_parameters()]
 
 
-def check_packable(cs: Sequence[Components]) -> None:
+def check_packable(cs: Sequence[Solver]) -> None:
     """Every run of ``cs`` can share one batched encoder pass; otherwise a ValueError says why."""
     first = cs[0]
     for c in cs[1:]:
@@ -60,39 +60,46 @@ def check_packable(cs: Sequence[Components]) -> None:
             )
 
 
-def _stacked(cs: Sequence[Components], kind: str) -> dict[str, Tensor]:
+def _stacked(cs: Sequence[Solver], kind: str) -> dict[str, Tensor]:
     """Each encoder parameter (or buffer) of the K runs stacked (K, ...), differentiably: the
     gradient of the stack reaches every run's own parameter."""
     named = [dict(getattr(c.encoder, kind)()) for c in cs]
     return {name: torch.stack([n[name] for n in named]) for name in named[0]}
 
 
-def batched_by_default(cs: Sequence[Components]) -> bool:
+def batched_by_default(cs: Sequence[Solver]) -> bool:
     """Whether a pack steps as one batched computation unless told: a pack of several runs on a GPU
-    yes; on a CPU, a single run, or runs with MoCo's queue (whose momentum encoders take a pass of their
-    own) or with views (one pass per view), no."""
-    return len(cs) > 1 and cs[0].device.type != "cpu" and all(c.queue is None and c.process.view_count == 1 for c in cs)
+    yes; on a CPU, a single run, or runs whose solver cannot be batched
+    (:attr:`~identifiable_cl.solvers.base.Solver.unbatched_because`), no."""
+    return len(cs) > 1 and cs[0].device.type != "cpu" and all(c.unbatched_because is None for c in cs)
 
 
-def batched_step(cs: Sequence[Components]) -> list[Tensor]:
+def batched_step(cs: Sequence[Solver]) -> list[Tensor]:
     """One training step of every run in ``cs`` as one batched computation (the module docstring);
     their losses, on device."""
-    if any(c.queue is not None for c in cs):
-        raise ValueError("runs with MoCo's queue (loss.negatives: queue) take their steps in turn, not batched: "
-                         "their momentum encoders need a pass of their own")
-    if any(c.process.view_count > 1 for c in cs):
-        raise ValueError("runs of a process with views (dgp.views) take their steps in turn, not batched: each view "
-                         "has an encoder pass of its own")
-    batches = [next_batch(c) for c in cs]
+    for c in cs:
+        if c.unbatched_because is not None:
+            raise ValueError(f"{c.unbatched_because}: they take their steps in turn, not batched")
+    batches = [c.batch() for c in cs]
     x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])
     params, buffers = _stacked(cs, "named_parameters"), _stacked(cs, "named_buffers")
-    with precision(cs[0]), blas_only():
+    with cs[0].precision(), blas_only():
         h_all = vmap(lambda p, b, rows: functional_call(cs[0].encoder, (p, b), (rows,)))(params, buffers, x)
     h_all = h_all.to(cs[0].process.dtype)
-    losses = [c.loss(*split_encodings(h, batch)) for c, batch, h in zip(cs, batches, h_all)]
+    encoded = [split_encodings(h, batch) for batch, h in zip(batches, h_all)]
+    losses = [c.loss(*inputs) for c, inputs in zip(cs, encoded)]
     for c in cs:
         c.optimizer.zero_grad(set_to_none=True)
     torch.stack(losses).sum().backward()
-    for c in cs:
-        clip_and_step(c)
+    for c, (_, h_pos, _) in zip(cs, encoded):
+        c.update(h_pos)
     return [loss.detach() for loss in losses]
+
+
+def step_pack(cs: Sequence[Solver], batched: bool | None = None) -> list[Tensor]:
+    """One training step of every run in ``cs``: one batched computation (:func:`batched_step`) or each run's
+    own :meth:`~identifiable_cl.solvers.base.Solver.step` in turn (None: :func:`batched_by_default`); their
+    losses, on device."""
+    if batched_by_default(cs) if batched is None else batched:
+        return batched_step(cs)
+    return [c.step() for c in cs]

@@ -1,0 +1,147 @@
+"""The plain training step: one encoder pass over a fresh batch, the loss, Adam.
+
+:class:`Solver` owns what a run's step reads and changes: the process and its batch stream, the encoder
+``(N, D) -> (N, d)``, the loss on ``d``, the optimizer, the number of steps taken and ``extra`` (what the
+trainer keeps beside them in a checkpoint). ``step()`` is
+
+    batch()  →  objective(batch) = (L, keys)  →  ∇L  →  update(keys): clip, optimizer step, after_step(keys)
+
+and a variant of the step (MoCo's queue, views) overrides one hook in a file of its own
+(:mod:`identifiable_cl.solvers`). A steady-state step reads nothing back from the device: its loss is
+returned as a device tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor, nn
+
+import dgp
+from identifiable_cl.encoders import view_encoder
+
+
+def observations(batch: dgp.Batch, dim: int) -> Tensor:
+    """The rows x (B, D), x+ (B, D) and the negatives' x (B·K or M, D) stacked for one encoder pass."""
+    parts = [batch.x, batch.x_pos] + ([batch.x_neg.reshape(-1, dim)] if batch.x_neg is not None else [])
+    return torch.cat(parts)
+
+
+def split_encodings(h_all: Tensor, batch: dgp.Batch) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(h, h_pos, h_neg) back from the encodings of :func:`observations`' rows; h_neg in x_neg's shape."""
+    size = batch.x.shape[0]
+    h_neg = h_all[2 * size :].reshape(*batch.x_neg.shape[:-1], -1) if batch.x_neg is not None else None
+    return h_all[:size], h_all[size : 2 * size], h_neg
+
+
+class Solver:
+    """One run's training step and the state it changes (module docstring).
+
+    ``steps_done``: the steps taken; ``extra``: the trainer's own entries of the checkpoint.
+    """
+
+    unbatched_because: str | None = None
+    """Why packs may not step this run inside one batched encoder pass (:mod:`identifiable_cl.solvers.packed`);
+    None: they may."""
+
+    def __init__(self, config: dict[str, Any], device: torch.device, process: dgp.Process, encoder: nn.Module,
+                 loss: nn.Module, optimizer: torch.optim.Optimizer, batches: torch.Generator):
+        self.config, self.device, self.process = config, device, process
+        self.encoder, self.loss, self.optimizer, self.batches = encoder, loss, optimizer, batches
+        self.steps_done = 0
+        self.extra: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------------------------------ the step
+
+    def step(self) -> Tensor:
+        """One step on a fresh batch; the loss, on the device (no host synchronisation)."""
+        loss, keys = self.objective(self.batch())
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.update(keys)
+        return loss.detach()
+
+    def batch(self) -> dgp.Batch:
+        """The next training batch (``train.batch_size`` anchors), drawn on one CPU thread: a batch is tens of
+        operations on small tensors, which more threads only slow down by synchronising. The draws are the
+        same on any number of threads."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self.process.sample(self.config["train"]["batch_size"], self.batches)
+        finally:
+            torch.set_num_threads(threads)
+
+    def encodings(self, batch: dgp.Batch) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The loss's inputs (h, h_pos, h_neg) for ``batch`` in the process's dtype: one encoder pass over
+        :func:`observations`."""
+        with self.precision():
+            return split_encodings(self.encoder(observations(batch, self.process.dim)).to(self.process.dtype), batch)
+
+    def objective(self, batch: dgp.Batch) -> tuple[Tensor, Tensor]:
+        """The loss ``L(h, h_pos, h_neg)`` on ``batch`` and the keys :meth:`after_step` receives (h_pos)."""
+        h, h_pos, h_neg = self.encodings(batch)
+        return self.loss(h, h_pos, h_neg), h_pos
+
+    def update(self, keys: Tensor) -> None:
+        """After the gradient: clip its norm to ``optim.grad_clip`` (when set), the optimizer's step,
+        :meth:`after_step`, one more step counted."""
+        clip = self.config["optim"]["grad_clip"]
+        if clip is not None:
+            nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], clip)
+        self.optimizer.step()
+        self.after_step(keys)
+        self.steps_done += 1
+
+    def after_step(self, keys: Tensor) -> None:
+        """What follows the optimizer's step (nothing here); ``keys``: the step's h_pos."""
+
+    def precision(self) -> torch.autocast:
+        """bfloat16 autocast for the encoder's forward pass under ``train.precision: bf16``, else a no-op."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16,
+                              enabled=self.config["train"]["precision"] == "bf16")
+
+    # ------------------------------------------------------------------------------------- reading it
+
+    def encode(self, x: Tensor, view: int = 0) -> Tensor:
+        """Encodings ``(N, d)`` of observations ``x (N, D)`` of view ``view`` in evaluation mode, no gradient."""
+        encoder = view_encoder(self.encoder, view)
+        was_training = encoder.training
+        encoder.eval()
+        with torch.no_grad():
+            h = encoder(x)
+        encoder.train(was_training)
+        return h
+
+    def mi_negatives(self, h_neg: Tensor | None, generator: torch.Generator) -> Tensor | None:
+        """The negatives of a held-out bound on I(z; z+), given the encodings of a held-out batch's own."""
+        return h_neg
+
+    # ------------------------------------------------------------------------------------ its state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Tensors and plain containers only (loadable with ``torch.load(..., weights_only=True)``)."""
+        state = {
+            "step": self.steps_done,
+            "encoder": self.encoder.state_dict(),
+            "loss": self.loss.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": {"batches": self.batches.get_state(), "torch": torch.get_rng_state()},
+            "extra": self.extra,
+        }
+        if torch.cuda.is_available():
+            state["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Back to the state :meth:`state_dict` saved."""
+        self.steps_done = int(state["step"])
+        self.encoder.load_state_dict(state["encoder"])
+        self.loss.load_state_dict(state["loss"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.batches.set_state(state["rng"]["batches"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if "cuda" in state["rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        self.extra = dict(state.get("extra", {}))

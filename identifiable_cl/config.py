@@ -102,6 +102,12 @@ class Section:
     registry: str
 
 
+LOSS_MEMORY_MIB = 4096
+"""The default budget (MiB) of the loss's (b, N) buffers (``train.loss_memory``, see
+:func:`identifiable_cl.losses.blocked.block_rows`): on an accelerator a block's few large operations take about
+the time of a small one, so small blocks leave it waiting on the host and the whole matrix runs fastest where it
+fits; at batch 6144 in float32 the whole matrix of InfoNCE over the batch fits this budget."""
+
 SCHEMA: dict[str, Leaf | Section] = {
     "seed": Leaf(0, "int", "root seed; every random stream of the run is derived from it by name", minimum=0),
     "device": Leaf("auto", "str", "auto (CUDA when present), cpu, cuda or cuda:<index>",
@@ -138,6 +144,9 @@ SCHEMA: dict[str, Leaf | Section] = {
                           "process may use (its affinity, cgroup quota, SLURM_CPUS_PER_TASK)", minimum=1),
     "train.figures": Leaf(True, "bool", "draw the run's figures once it has finished (PNG in its folder, and to W&B); "
                           "`icl plot RUN_DIR` draws them later"),
+    "train.loss_memory": Leaf(LOSS_MEMORY_MIB, "int", "MiB the loss's (rows × candidates) buffers may take at once: "
+                              "the whole matrix where it fits, blocks of rows above it (on a CPU blocks stay "
+                              "cache-sized)", minimum=1),
     "train.loss_limit": Leaf(1e6, "float?", "stop when |loss| exceeds this (divergence); null: only NaN/inf stop",
                              above=0),
     "eval.n_fit": Leaf(4096, "int", "fit samples of the periodic held-out evaluation", minimum=2),

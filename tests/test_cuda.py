@@ -70,7 +70,7 @@ def test_bench_sections_run_on_cuda(monkeypatch):
     device = bench.bench_device("cuda")
     lines: list[str] = []
     rows = bench.bench_loss(batches=(64,), reps=1, memory=True, device=device, print_fn=lines.append)
-    assert all(r["eager"] > 0 and r["peak_mib"] > 0 for r in rows) and "on cuda" in lines[0]
+    assert all(r["eager"] > 0 and r["blocks"] > 0 and r["peak_mib"] > 0 for r in rows) and "on cuda" in lines[0]
     rows = bench.bench_training(batches=(64,), steps=1, device=device, print_fn=lines.append)
     assert all(r["steps_per_s"] > 0 and r["host_syncs"] is not None for r in rows)
     out = bench.bench_precision(batch=64, steps=1, device=device, print_fn=lines.append)

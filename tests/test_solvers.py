@@ -39,3 +39,18 @@ def test_a_solver_loaded_from_its_state_takes_the_same_next_step():
         solver.step()
     again.load_state_dict(solver.state_dict())
     assert again.steps_done == 4 and torch.equal(again.step(), solver.step())
+
+
+def test_the_loss_takes_blocks_within_its_memory_budget_and_the_same_step(monkeypatch):
+    from identifiable_cl.losses import blocked
+
+    sizes = []
+    real = blocked.block_rows
+    monkeypatch.setattr(blocked, "block_rows", lambda *a, **k: sizes.append(real(*a, **k)) or sizes[-1])
+    config = {"train.batch_size": 512, "dgp.dtype": "float64"}
+    whole, small = build(tiny_config(**config)), build(tiny_config(**config, **{"train.loss_memory": 1}))
+    sizes.clear()
+    torch.testing.assert_close(small.step(), whole.step(), rtol=1e-12, atol=0)
+    assert sizes == [(1 << 20) // (1024 * 3 * 8), 1024]  # 2B rows against 2B candidates, 3 buffers of float64
+    for mine, theirs in zip(small.encoder.parameters(), whole.encoder.parameters()):
+        torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9)  # Adam scales g by 1/|g| on its first step

@@ -37,6 +37,7 @@ def test_loss_and_precision_sections_report():
     for row in rows:
         assert row["encoder_ms"] > 0 and row["eager"] > 0 and row["naive"] > 0
     assert any("naive/best" in line for line in lines)
+    bench.loss_step("l1", 64, "blocks", torch.device("cpu"))()  # the accelerators' blocked column runs here too
     pairs = bench.bench_pair_losses(batches=(16,), reps=1, print_fn=lines.append)
     assert [r["loss"] for r in pairs] == list(bench.PAIR_LOSSES) and all(r["ms"] > 0 for r in pairs)
     out = bench.bench_precision(batch=16, steps=1, print_fn=lines.append)

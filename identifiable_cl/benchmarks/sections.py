@@ -258,10 +258,16 @@ def _loss_inputs(batch: int, device: torch.device) -> tuple[Tensor, Tensor]:
     return h.requires_grad_(), (h.detach() + 0.1 * torch.randn(batch, 10, generator=g).to(device)).requires_grad_()
 
 
+BLOCKS_MIB = 64
+"""The memory budget of the ``blocks`` implementation of :func:`loss_step`: blocks of rows well below the whole
+matrix at the bench's batches, to weigh the whole matrix against blocks on an accelerator."""
+
+
 def loss_step(kind: str, batch: int, impl: str, device: torch.device) -> Callable[[], None]:
-    """Forward + backward of symmetric InfoNCE (τ = 0.1) by ``impl``: native, eager or naive."""
+    """Forward + backward of symmetric InfoNCE (τ = 0.1) by ``impl``: native, eager (the whole matrix where it fits
+    the default ``train.loss_memory``), blocks (eager within :data:`BLOCKS_MIB`) or naive."""
     from identifiable_cl.losses import InfoNCE
-    from identifiable_cl.losses.blocked import use_kernels
+    from identifiable_cl.losses.blocked import loss_memory, use_kernels
 
     h, h_pos = _loss_inputs(batch, device)
     loss = InfoNCE(dim=10, similarity=kind, tau=0.1)
@@ -269,6 +275,9 @@ def loss_step(kind: str, batch: int, impl: str, device: torch.device) -> Callabl
     def step() -> None:
         if impl == "naive":
             naive_infonce(h, h_pos, kind, 0.1).backward()
+        elif impl == "blocks":
+            with use_kernels("eager"), loss_memory(BLOCKS_MIB):
+                loss(h, h_pos).backward()
         else:
             with use_kernels(impl):
                 loss(h, h_pos).backward()
@@ -312,7 +321,8 @@ def bench_loss(batches: Iterable[int] = (1024, 6144), reps: int = 3, memory: boo
     from identifiable_cl.losses import native
 
     device = device or bench_device()
-    impls = (["native"] if device.type == "cpu" and native.available() else []) + ["eager", "naive"]
+    impls = (["native"] if device.type == "cpu" and native.available() else []) + ["eager"]
+    impls += ["naive"] if device.type == "cpu" else ["blocks", "naive"]  # a CPU's eager kernels already take blocks
     print_fn(f"\nloss forward+backward, symmetric InfoNCE, n = 10, on {device}: ms, and % of the encoder's fwd+bwd on 2B rows "
              f"({_matmul(device)})")
     print_fn(f"{'similarity':<11}{'batch':>6}{'encoder':>9}" + "".join(f"{i:>18}" for i in impls) + f"{'naive/best':>12}"

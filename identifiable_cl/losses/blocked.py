@@ -13,8 +13,11 @@ and then a per-row loss ``row_loss(pos_i, lse_i·, s)`` of the anchor's positive
 A negative set may pool several (anchors, candidates) pairings into one sum (1); see
 ``identifiable_cl.losses.base.contrastive_loss`` for the five sets.
 
-The (R, N) logit matrix is never held: rows are processed in blocks of ``b`` rows (b · N ≈
-``BLOCK_ENTRIES`` on a CPU, ``DEVICE_BLOCK_ENTRIES`` on an accelerator). Within a block every row is complete, so (1) is the usual max-shifted sum,
+The (R, N) logit matrix is held whole only where its buffers fit a memory budget
+(:func:`loss_memory`, a run's ``train.loss_memory``); rows are processed in blocks of ``b`` rows
+(:func:`block_rows`: as many as the budget holds on an accelerator, and b · N ≈ ``BLOCK_ENTRIES`` at
+most on a CPU, whose caches favour small blocks). Within a block every row is complete, so (1) is the
+usual max-shifted sum,
 and the per-row loss and its derivatives (by autograd on the small (b,) tensors) are known at
 once. The gradient of the mean loss L = Σ_i row_i / count is then accumulated in the same pass,
 
@@ -55,19 +58,17 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from identifiable_cl.config import LOSS_MEMORY_MIB
 from identifiable_cl.losses import native
 
 KIND = ("dot", "l1", "l2", "l3")
 KERNELS = ("auto", "eager", "native")
 BLOCK_ENTRIES = 1 << 20
-"""Target number of logits per row block (b · N) on a CPU; 4 MiB per (b, N) buffer in float32."""
-DEVICE_BLOCK_ENTRIES = 1 << 26
-"""The target on an accelerator, 256 MiB per (b, N) buffer in float32: a GPU runs a block's few large
-operations in about the time of a small one, so small blocks leave it waiting on the host (on an H200 at
-batch 6144, blocks of ``BLOCK_ENTRIES`` made the loss fifty times slower than the whole (2B × 2B) matrix)."""
+"""Most logits per row block (b · N) on a CPU; 4 MiB per (b, N) buffer in float32."""
 
 _KERNELS: contextvars.ContextVar[str | None] = contextvars.ContextVar("icl_kernels", default=None)
 _BLOCK_ROWS: contextvars.ContextVar[int | None] = contextvars.ContextVar("icl_block_rows", default=None)
+_MEMORY_MIB: contextvars.ContextVar[int] = contextvars.ContextVar("icl_loss_memory", default=LOSS_MEMORY_MIB)
 
 
 def kernels() -> str:
@@ -91,6 +92,16 @@ def use_kernels(choice: str | None = None, block_rows: int | None = None) -> Ite
     finally:
         _KERNELS.reset(kernels_token)
         _BLOCK_ROWS.reset(rows_token)
+
+
+@contextlib.contextmanager
+def loss_memory(mib: int) -> Iterator[None]:
+    """Within the block, a block's (b, N) buffers may take ``mib`` MiB together (:func:`block_rows`)."""
+    token = _MEMORY_MIB.set(mib)
+    try:
+        yield
+    finally:
+        _MEMORY_MIB.reset(token)
 
 
 class Pairing(NamedTuple):
@@ -257,13 +268,16 @@ def excluded_columns(exclude: str, start: int, rows: int, n: int, device: torch.
     return torch.stack([own, own + n // 2], 1)
 
 
-def block_rows(rows: int, columns: int, device: torch.device | None = None) -> int:
-    """Rows per block: the :func:`use_kernels` override, else about ``BLOCK_ENTRIES`` / columns on a CPU
-    (``device`` None or of type cpu) and ``DEVICE_BLOCK_ENTRIES`` / columns elsewhere."""
+def block_rows(rows: int, columns: int, device: torch.device | None = None, buffers: int = 1,
+               itemsize: int = 4) -> int:
+    """Rows per block of ``rows`` anchors against ``columns`` candidates: the :func:`use_kernels` override, else as
+    many as ``buffers`` (b, columns) buffers of ``itemsize`` bytes hold within the :func:`loss_memory` budget, and
+    on a CPU (``device`` None or of type cpu) at most ``BLOCK_ENTRIES`` / columns; at least one."""
     forced = _BLOCK_ROWS.get()
     if forced is None:
-        entries = BLOCK_ENTRIES if device is None or torch.device(device).type == "cpu" else DEVICE_BLOCK_ENTRIES
-        forced = entries // max(columns, 1)
+        forced = (_MEMORY_MIB.get() << 20) // max(columns * buffers * itemsize, 1)
+        if device is None or torch.device(device).type == "cpu":
+            forced = min(forced, BLOCK_ENTRIES // max(columns, 1))
     return max(1, min(rows, forced))
 
 
@@ -291,7 +305,8 @@ class _BlockedLoss(torch.autograd.Function):
         tensors = tuple(t.contiguous() for t in tensors)
         transposed = [t.transpose(0, 1).contiguous() for t in tensors]
         columns = max(tensors[p.candidates].shape[0] for p in plan.pairings)
-        size = block_rows(rows, columns, device)
+        buffers = len(plan.pairings) * (len(plan.multipliers) + 2)  # per pairing: similarities, E_m, a temporary
+        size = block_rows(rows, columns, device, buffers, pos.element_size())
         grads = [torch.zeros_like(t) for t in tensors] if want_grad else []
         grads_T = [torch.zeros_like(t) for t in transposed] if want_grad else []
         grad_pos = torch.zeros_like(pos) if want_grad else None

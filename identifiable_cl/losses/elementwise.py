@@ -14,7 +14,8 @@ row instead: the nearest (``hardest``), or the nearest farther than the positive
     j*(i) = argmax_{j not excluded} sim(a_i, c_j)   [over sim(a_i, c_j) < e_i where there is one].     (2)
 
 Neither holds the (R, N) matrix: :func:`blocked_sum` evaluates (1) on blocks of rows of about
-``BLOCK_ENTRIES`` entries (``DEVICE_BLOCK_ENTRIES`` on an accelerator), differentiating φ by autograd on the block's (b, N) similarities (excluded
+the sizes of ``blocked.block_rows`` (the whole matrix where it fits ``train.loss_memory``), differentiating φ by
+autograd on the block's (b, N) similarities (excluded
 entries reach φ as 0 and contribute 0, with gradient 0) and the similarities analytically
 (``blocked.similarity_gradients``), so its gradient costs one more pass over the block; :func:`nearest`
 finds (2) block by block without a gradient, for the caller to score the chosen pairs alone. Ties go to the first pairing of a group, then the first column: the dense
@@ -45,8 +46,12 @@ def _kept(exclude: str, start: int, rows: int, n: int, device: torch.device) -> 
     return ~left_out(excluded, n)
 
 
-def _blocks(rows: int, columns: int, device: torch.device):
-    size = block_rows(rows, columns, device)
+BUFFERS = 4
+"""(b, N) buffers of a block alive at once: similarities, φ, and the two gradients of autograd's pass."""
+
+
+def _blocks(rows: int, columns: int, device: torch.device, itemsize: int):
+    size = block_rows(rows, columns, device, BUFFERS, itemsize)
     return [(start, min(size, rows - start)) for start in range(0, rows, size)]
 
 
@@ -64,7 +69,7 @@ class _BlockedSum(torch.autograd.Function):
         total = tensors[0].new_zeros(())
         for pairing, weight in zip(pairings, weights):
             anchors, cT = tensors[pairing.anchors], transposed[pairing.candidates]
-            for start, size in _blocks(anchors.shape[0], cT.shape[1], anchors.device):
+            for start, size in _blocks(anchors.shape[0], cT.shape[1], anchors.device, anchors.element_size()):
                 a = anchors[start : start + size]
                 kept = _kept(pairing.exclude, start, size, cT.shape[1], a.device)
                 with torch.enable_grad():
@@ -131,7 +136,7 @@ def nearest(kind: str, pairings: Sequence[Pairing], tensors: Sequence[Tensor], b
         choice_below = torch.full((rows, 2), -1, dtype=torch.long, device=device)
         for index, pairing in enumerate(pairings):
             cT = tensors[pairing.candidates].transpose(0, 1)
-            for start, size in _blocks(rows, cT.shape[1], device):
+            for start, size in _blocks(rows, cT.shape[1], device, cT.element_size()):
                 sim = similarity(tensors[pairing.anchors][start : start + size], cT, kind)
                 kept = _kept(pairing.exclude, start, size, cT.shape[1], device)
                 if kept is not None:

@@ -13,6 +13,7 @@ returned as a device tensor.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Mapping
 
 import torch
@@ -20,6 +21,7 @@ from torch import Tensor, nn
 
 import dgp
 from identifiable_cl.encoders import view_encoder
+from identifiable_cl.losses.blocked import loss_memory
 
 
 def observations(batch: dgp.Batch, dim: int) -> Tensor:
@@ -56,7 +58,8 @@ class Solver:
 
     def step(self) -> Tensor:
         """One step on a fresh batch; the loss, on the device (no host synchronisation)."""
-        loss, keys = self.objective(self.batch())
+        with self.loss_memory():
+            loss, keys = self.objective(self.batch())
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.update(keys)
@@ -96,6 +99,10 @@ class Solver:
 
     def after_step(self, keys: Tensor) -> None:
         """What follows the optimizer's step (nothing here); ``keys``: the step's h_pos."""
+
+    def loss_memory(self) -> contextlib.AbstractContextManager:
+        """The loss's buffers within ``train.loss_memory`` MiB (:func:`identifiable_cl.losses.blocked.loss_memory`)."""
+        return loss_memory(self.config["train"]["loss_memory"])
 
     def precision(self) -> torch.autocast:
         """bfloat16 autocast for the encoder's forward pass under ``train.precision: bf16``, else a no-op."""

@@ -87,7 +87,10 @@ def batched_step(cs: Sequence[Solver]) -> list[Tensor]:
         h_all = vmap(lambda p, b, rows: functional_call(cs[0].encoder, (p, b), (rows,)))(params, buffers, x)
     h_all = h_all.to(cs[0].process.dtype)
     encoded = [split_encodings(h, batch) for batch, h in zip(batches, h_all)]
-    losses = [c.loss(*inputs) for c, inputs in zip(cs, encoded)]
+    losses = []
+    for c, inputs in zip(cs, encoded):
+        with c.loss_memory():
+            losses.append(c.loss(*inputs))
     for c in cs:
         c.optimizer.zero_grad(set_to_none=True)
     torch.stack(losses).sum().backward()

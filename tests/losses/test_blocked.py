@@ -194,7 +194,14 @@ def test_block_rows_follow_the_budget():
     assert blocked.block_rows(100, 100) == 100
     cpu, gpu = torch.device("cpu"), torch.device("cuda")  # a device's type, nothing allocated on it
     assert blocked.block_rows(12288, 12288, cpu) == blocked.BLOCK_ENTRIES // 12288
-    assert blocked.block_rows(12288, 12288, gpu) == blocked.DEVICE_BLOCK_ENTRIES // 12288
+    assert blocked.block_rows(12288, 12288, gpu, buffers=3) == 12288  # the whole matrix: 1.7 GiB of 4 GiB
+    assert blocked.block_rows(12288, 12288, gpu, buffers=3, itemsize=8) == 12288
+    with blocked.loss_memory(1024):
+        assert blocked.block_rows(12288, 12288, gpu, buffers=3) == (1 << 30) // (12288 * 3 * 4)
+        assert blocked.block_rows(12288, 12288, cpu, buffers=3) == blocked.BLOCK_ENTRIES // 12288
+    with blocked.loss_memory(1):
+        assert blocked.block_rows(12288, 12288, cpu, buffers=3) == (1 << 20) // (12288 * 3 * 4)
+        assert blocked.block_rows(10 ** 6, 10 ** 6, gpu) == 1
     assert blocked.block_rows(100, 100, gpu) == 100
     with blocked.use_kernels(block_rows=5):
         assert blocked.block_rows(100, 100, gpu) == 5

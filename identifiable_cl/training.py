@@ -39,7 +39,7 @@ from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recov
 from identifiable_cl.evaluation.information import truth as information_truth
 from identifiable_cl.evaluation.views import evaluate_views
 from identifiable_cl.solvers import Solver
-from identifiable_cl.solvers.packed import check_packable, step_pack
+from identifiable_cl.solvers.packed import PackStepper, check_packable
 from identifiable_cl.tracking import Tracker, check_tracking, open_tracker
 
 
@@ -523,7 +523,7 @@ class Trainer:
 
 def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
                shared: bool = True) -> list[dict[str, Any] | BaseException]:
-    """Train ``trainers`` as one pack (``batched`` as in :func:`identifiable_cl.solvers.packed.step_pack`): the
+    """Train ``trainers`` as one pack (``batched`` as in :class:`identifiable_cl.solvers.packed.PackStepper`): the
     one run loop, a single run being a pack of one. Per run its summary, or the error that stopped it (a loss that stops being
     finite ends its run only; the others go on). :data:`STOP` ends every run at the next step boundary with
     a checkpoint of that step, a KeyboardInterrupt at once with its last checkpoint, both as
@@ -532,6 +532,7 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
     check_packable([t.c for t in trainers])
     results: dict[int, dict[str, Any] | BaseException] = {}
     active = list(range(len(trainers)))
+    stepper = PackStepper(batched)
     try:
         for i in active:
             trainers[i].open(shared=shared)
@@ -543,7 +544,7 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
                     trainers[i].save_checkpoint(pending=True)
                 raise KeyboardInterrupt
             running = [i for i in active if not trainers[i].done]
-            losses = step_pack([trainers[i].c for i in running], batched) if running else []
+            losses = stepper.step([trainers[i].c for i in running]) if running else []
             for i, loss in zip(running, losses):
                 try:
                     trainers[i].after_step(loss)
@@ -565,6 +566,8 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
         if stopped:
             exc.add_note("; ".join(trainers[i].kept() for i in stopped))  # what each run keeps, for one-line errors
         raise
+    finally:
+        stepper.close()
     LOOPING.clear()
     return [results[i] for i in range(len(trainers))]
 

@@ -1,5 +1,6 @@
 """The training step as an object: the variant a config chooses, and the plain step against one written out here."""
 
+import pytest
 import torch
 
 from identifiable_cl.components import build
@@ -54,3 +55,68 @@ def test_the_loss_takes_blocks_within_its_memory_budget_and_the_same_step(monkey
     assert sizes == [(1 << 20) // (1024 * 3 * 8), 1024]  # 2B rows against 2B candidates, 3 buffers of float64
     for mine, theirs in zip(small.encoder.parameters(), whole.encoder.parameters()):
         torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9)  # Adam scales g by 1/|g| on its first step
+
+
+LEARNT = {
+    "learnt τ": [{"loss.learn_tau": True, "loss.tau": 0.5}, {"loss.learn_tau": True},
+                 {"loss.learn_tau": True, "loss.tau": 2.0, "loss.lr": 2e-2}],
+    "AnInfoNCE's Λ̂": [{"loss.name": "aninfonce"}, {"loss.name": "aninfonce"}, {"loss.name": "aninfonce", "loss.lr": 2e-2}],
+}
+"""Losses that learn parameters, per run of :func:`stacked_configs`."""
+
+
+def stacked_configs(loss):
+    """Three float64 runs that differ in seed, learning rates, weight decay, clipping and ``loss``'s options."""
+    varied = [{"optim.lr": 1e-3, "optim.grad_clip": 0.3}, {"optim.weight_decay": 0.01, "optim.loss_lr": 3e-3},
+              {"optim.grad_clip": 5.0}]
+    return [tiny_config(**{"dgp.dtype": "float64", "seed": seed, **v, **own})
+            for seed, (v, own) in enumerate(zip(varied, LEARNT[loss]))]
+
+
+def assert_same_state(got, want):
+    if isinstance(want, torch.Tensor):
+        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10)  # rounding, through Adam's g / sqrt(v)
+        assert got.untyped_storage().nbytes() == got.numel() * got.element_size()  # no stacked storage carried
+    elif isinstance(want, dict):
+        assert got.keys() == want.keys()
+        for key in want:
+            assert_same_state(got[key], want[key])
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want) and all(assert_same_state(g, w) is None for g, w in zip(got, want))
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize("loss", list(LEARNT))
+def test_runs_stacked_along_a_run_axis_follow_their_own_trajectories(loss):
+    from identifiable_cl.solvers.packed import StackedPack
+
+    configs = stacked_configs(loss)
+    alone, packed = [build(c) for c in configs], [build(c) for c in configs]
+    for c in alone:
+        c.step()  # one step before the pack: the Adam state it starts from is each run's own
+    for c in packed:
+        c.step()
+    pack = StackedPack(packed)
+    for _ in range(6):
+        want = [c.step() for c in alone]
+        for got, w in zip(pack.step(), want):
+            torch.testing.assert_close(got, w, rtol=1e-10, atol=0)
+    for mine, theirs in zip(packed, alone):
+        assert mine.steps_done == theirs.steps_done == 7
+        assert_same_state({k: v for k, v in mine.state_dict().items() if k != "rng"},
+                          {k: v for k, v in theirs.state_dict().items() if k != "rng"})
+    pack.release()
+    for mine, theirs in zip(packed, alone):  # released, each run goes on alone
+        torch.testing.assert_close(mine.step(), theirs.step(), rtol=1e-10, atol=0)
+
+
+def test_a_stacked_pack_step_makes_no_host_synchronisation(monkeypatch):
+    from identifiable_cl.benchmarks.syncs import host_syncs
+    from identifiable_cl.solvers.packed import StackedPack
+
+    monkeypatch.setenv("ICL_KERNELS", "eager")
+    pack = StackedPack([build(c) for c in stacked_configs("learnt τ")])
+    for _ in range(2):
+        pack.step()
+    assert host_syncs(pack.step) == {}

@@ -14,7 +14,7 @@ from identifiable_cl.components import build, load_config
 from identifiable_cl.encoders import ViewEncoders
 from identifiable_cl.evaluation.views import ViewSample, evaluate_views
 from identifiable_cl.losses import LOSSES
-from identifiable_cl.solvers.packed import batched_step
+from identifiable_cl.solvers.packed import StackedPack
 from identifiable_cl.solvers.views import pair_loss, view_encodings
 from identifiable_cl.training import Trainer, run_packed
 from tests.tiny import TINY
@@ -146,7 +146,7 @@ def test_views_pack_in_turn_and_refuse_the_batched_step(tmp_path):
             [r["loss"] for r in rundir.read_metrics(tmp_path / f"alone{i}")]
         assert p["view2_r2_linear_content"] == a["view2_r2_linear_content"]
     with pytest.raises(ValueError, match="take their steps in turn"):
-        batched_step([build(c) for c in cfgs])
+        StackedPack([build(c) for c in cfgs])
 
 
 @pytest.mark.parametrize("loss", ["infonce", "nce", "triplet", "margin"])

@@ -47,17 +47,20 @@ def main(argv: list[str]) -> int:
         return tracker
 
     wrapped = {name: _timed(parts, part, getattr(training, name)) for name, part in (
-        ("build", "build"), ("shared_identity", "identity"), ("step_pack", "steps"), ("evaluate", "evaluation"),
+        ("build", "build"), ("shared_identity", "identity"), ("evaluate", "evaluation"),
         ("draw_figures_if_possible", "figures"))}
     wrapped["open_tracker"] = open_tracker
     originals = {name: getattr(training, name) for name in wrapped}
+    step = training.PackStepper.step
     try:
         for name, fn in wrapped.items():
             setattr(training, name, fn)
+        training.PackStepper.step = _timed(parts, "steps", step)
         code = icl(["train", "--quiet", "--run-dir", *argv])
     finally:
         for name, fn in originals.items():
             setattr(training, name, fn)
+        training.PackStepper.step = step
     total = time.perf_counter() - started
     parts["rest"] = total - sum(parts[p] for p in PARTS if p != "rest")
     print(json.dumps({**{p: round(parts[p], 4) for p in PARTS}, "total": round(total, 4), "exit_code": code}))

@@ -417,7 +417,7 @@ PACK_SIZES = {"cpu": (1, 2, 4, 8), "cuda": (1, 4, 12, 32)}
 def bench_packing(sizes: Iterable[int] | None = None, steps: int = 5, device: torch.device | None = None,
                   print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
     from identifiable_cl.components import build, load_config
-    from identifiable_cl.solvers.packed import batched_by_default, batched_step
+    from identifiable_cl.solvers.packed import StackedPack, batched_by_default
 
     device = device or bench_device()
     sizes = PACK_SIZES[device.type] if sizes is None else sizes
@@ -427,11 +427,11 @@ def bench_packing(sizes: Iterable[int] | None = None, steps: int = 5, device: to
     rows = []
     for label, preset, overrides in PACKING_CASES:
         for k in sizes:
-            cs = [build(load_config(preset, {**overrides, "seed": seed, "dgp.mixing.cond_draws": 2500,
-                                             "device": str(device)}))
-                  for seed in range(k)]
-            sequential, packed = interleaved([lambda: [c.step() for c in cs], lambda: batched_step(cs)],
-                                             steps, warmup=1, device=device)
+            configs = [load_config(preset, {**overrides, "seed": seed, "dgp.mixing.cond_draws": 2500,
+                                            "device": str(device)}) for seed in range(k)]
+            cs, pack = [build(c) for c in configs], StackedPack([build(c) for c in configs])
+            sequential, packed = interleaved([lambda: [c.step() for c in cs], pack.step], steps, warmup=1,
+                                             device=device)
             row = {"case": label, "k": k, "sequential": k / sequential, "packed": k / packed, "ratio": sequential / packed}
             rows.append(row)
             print_fn(f"{label:<32}{k:>3}{row['sequential']:>12.2f}{row['packed']:>10.2f}{row['ratio']:>7.2f}x")

@@ -37,6 +37,22 @@ def split_encodings(h_all: Tensor, batch: dgp.Batch) -> tuple[Tensor, Tensor, Te
     return h_all[:size], h_all[size : 2 * size], h_neg
 
 
+def compact(value: Any) -> Any:
+    """``value`` (nested dicts, lists and tuples of tensors) with every tensor that views part of a larger storage
+    (a run's row of a :class:`~identifiable_cl.solvers.packed.StackedPack`) copied: saved, a view would carry the
+    whole storage with it."""
+    if isinstance(value, Tensor):
+        return value.clone() if value.untyped_storage().nbytes() > value.numel() * value.element_size() else value
+    if isinstance(value, dict):
+        out = type(value)((k, compact(v)) for k, v in value.items())
+        if hasattr(value, "_metadata"):
+            out._metadata = value._metadata  # a module state dict's versions
+        return out
+    if isinstance(value, (list, tuple)):
+        return type(value)(compact(v) for v in value)
+    return value
+
+
 class Solver:
     """One run's training step and the state it changes (module docstring).
 
@@ -88,12 +104,15 @@ class Solver:
         return self.loss(h, h_pos, h_neg), h_pos
 
     def update(self, keys: Tensor) -> None:
-        """After the gradient: clip its norm to ``optim.grad_clip`` (when set), the optimizer's step,
-        :meth:`after_step`, one more step counted."""
+        """After the gradient: clip its norm to ``optim.grad_clip`` (when set), the optimizer's step, :meth:`advance`."""
         clip = self.config["optim"]["grad_clip"]
         if clip is not None:
             nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], clip)
         self.optimizer.step()
+        self.advance(keys)
+
+    def advance(self, keys: Tensor) -> None:
+        """After the optimizer's step: :meth:`after_step`, one more step counted."""
         self.after_step(keys)
         self.steps_done += 1
 
@@ -128,7 +147,8 @@ class Solver:
     # ------------------------------------------------------------------------------------ its state
 
     def state_dict(self) -> dict[str, Any]:
-        """Tensors and plain containers only (loadable with ``torch.load(..., weights_only=True)``)."""
+        """Tensors and plain containers only (loadable with ``torch.load(..., weights_only=True)``), each tensor
+        in storage of its own (:func:`compact`)."""
         state = {
             "step": self.steps_done,
             "encoder": self.encoder.state_dict(),
@@ -139,7 +159,7 @@ class Solver:
         }
         if torch.cuda.is_available():
             state["rng"]["cuda"] = torch.cuda.get_rng_state_all()
-        return state
+        return compact(state)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Back to the state :meth:`state_dict` saved."""

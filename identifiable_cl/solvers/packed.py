@@ -1,16 +1,19 @@
-"""Packed runs: K runs whose tensors have the same shapes train in one process, one batched encoder pass.
+"""Packed runs: K runs whose tensors have the same shapes train in one process, along one run axis.
 
-Runs may differ in anything that leaves the shapes alone (seed, τ, κ, β, Λ, learning rates,
-p_change, the loss itself ...), not in the encoder's architecture, the data dimension, the
+Runs may differ in anything that leaves the shapes alone (seed, τ, κ, β, Λ, learning rates, weight decay,
+clipping, p_change, the loss itself ...), not in the encoder's architecture, the data dimension, the
 batch size, the number of DGP negatives, device, dtype or precision (:func:`pack_key`).
 
-One packed step: each run draws its batch from its own process and generator, exactly as
-alone. Batched (:func:`batched_step`, the default for a pack on a GPU), the K encoders run as one
-computation, ``torch.func.vmap`` over their parameters stacked (K, ...) (torch's own batched matrix
-products, ``linear.blas_only``); each run's loss is taken on its own encodings and the K losses are
-summed, so every run's parameters receive exactly their own gradient; each run's optimizer then
-steps. On a CPU the runs take their own steps in turn instead (the default there: the encoders'
-matrix products already keep the cores busy, so the batched pass gains nothing; the README's
+One packed step: each run draws its batch from its own process and generator, exactly as alone.
+Batched (:class:`StackedPack`, the default for a pack on a GPU), the K encoders' parameters and the K
+losses' learnt parameters live stacked (K, ...) for as long as the pack lasts: one encoder pass,
+``torch.func.vmap`` over the stacked weights (torch's own batched matrix products,
+``linear.blas_only``), each run's loss on its own encodings with its row of the stacked loss parameters,
+the summed losses' gradient (each run receives exactly its own), clipped per run, and one Adam step of
+the stacks with per-run learning rates and weight decays
+(:class:`~identifiable_cl.solvers.stacked_adam.StackedAdam`). Each run follows its stand-alone
+trajectory to rounding. On a CPU the runs take their own steps in turn instead (the default there: the
+encoders' matrix products already keep the cores busy, so the batched pass gains nothing; the README's
 Benchmarks section has the figures), and each run follows its stand-alone trajectory exactly.
 The run loop is :func:`identifiable_cl.training.run_packed`, the one every run takes (a single run
 is a pack of one): evaluation, checkpoints, logs and the run directory are those of
@@ -19,6 +22,7 @@ would write alone (its ``wall_s`` is the pack's wall time) and it resumes alone.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -27,6 +31,7 @@ from torch.func import functional_call, vmap
 
 from identifiable_cl.linear import blas_only
 from identifiable_cl.solvers.base import Solver, observations, split_encodings
+from identifiable_cl.solvers.stacked_adam import Slot, StackedAdam
 
 
 def pack_key(config: Mapping[str, Any]) -> tuple:
@@ -60,49 +65,143 @@ def check_packable(cs: Sequence[Solver]) -> None:
             )
 
 
-def _stacked(cs: Sequence[Solver], kind: str) -> dict[str, Tensor]:
-    """Each encoder parameter (or buffer) of the K runs stacked (K, ...), differentiably: the
-    gradient of the stack reaches every run's own parameter."""
-    named = [dict(getattr(c.encoder, kind)()) for c in cs]
-    return {name: torch.stack([n[name] for n in named]) for name in named[0]}
+def unbatched_because(cs: Sequence[Solver]) -> str | None:
+    """Why the runs ``cs`` cannot step as one computation along a run axis, or None: a run's own step needs
+    passes of its own (:attr:`~identifiable_cl.solvers.base.Solver.unbatched_because`), or their losses' learnt
+    parameters differ in name or shape (they are stacked too)."""
+    for c in cs:
+        if c.unbatched_because is not None:
+            return c.unbatched_because
+    if any(_shapes(c.loss) != _shapes(cs[0].loss) for c in cs):
+        return "runs whose losses learn parameters of different names or shapes stack none of them"
+    return None
 
 
 def batched_by_default(cs: Sequence[Solver]) -> bool:
     """Whether a pack steps as one batched computation unless told: a pack of several runs on a GPU
-    yes; on a CPU, a single run, or runs whose solver cannot be batched
-    (:attr:`~identifiable_cl.solvers.base.Solver.unbatched_because`), no."""
-    return len(cs) > 1 and cs[0].device.type != "cpu" and all(c.unbatched_because is None for c in cs)
+    yes; on a CPU, a single run, or runs that cannot (:func:`unbatched_because`), no."""
+    return len(cs) > 1 and cs[0].device.type != "cpu" and unbatched_because(cs) is None
 
 
-def batched_step(cs: Sequence[Solver]) -> list[Tensor]:
-    """One training step of every run in ``cs`` as one batched computation (the module docstring);
-    their losses, on device."""
-    for c in cs:
-        if c.unbatched_because is not None:
-            raise ValueError(f"{c.unbatched_because}: they take their steps in turn, not batched")
-    batches = [c.batch() for c in cs]
-    x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])
-    params, buffers = _stacked(cs, "named_parameters"), _stacked(cs, "named_buffers")
-    with cs[0].precision(), blas_only():
-        h_all = vmap(lambda p, b, rows: functional_call(cs[0].encoder, (p, b), (rows,)))(params, buffers, x)
-    h_all = h_all.to(cs[0].process.dtype)
-    encoded = [split_encodings(h, batch) for batch, h in zip(batches, h_all)]
-    losses = []
-    for c, inputs in zip(cs, encoded):
-        with c.loss_memory():
-            losses.append(c.loss(*inputs))
-    for c in cs:
-        c.optimizer.zero_grad(set_to_none=True)
-    torch.stack(losses).sum().backward()
-    for c, (_, h_pos, _) in zip(cs, encoded):
-        c.update(h_pos)
-    return [loss.detach() for loss in losses]
+class StackedPack:
+    """K runs whose encoder and loss parameters live stacked along a run axis (K, ...), stepped as one computation.
+
+    Each run keeps its own modules, whose parameters become views of row k of the stacks, and its own
+    optimizer, whose Adam state (moments, step count) becomes views of the :class:`StackedAdam`'s: evaluating a
+    run reads its current weights, and its checkpoint (:meth:`~identifiable_cl.solvers.base.Solver.state_dict`
+    saves compact copies) is the one it would write alone. :meth:`release` gives every run storage of its own
+    again, to step alone or in another pack.
+    """
+
+    def __init__(self, cs: Sequence[Solver]):
+        check_packable(cs)
+        reason = unbatched_because(cs)
+        if reason is not None:
+            raise ValueError(f"{reason}: they take their steps in turn, not batched")
+        self.solvers = list(cs)
+        first, device = cs[0], cs[0].device
+        runs = len(cs)
+        group = first.optimizer.param_groups[0]
+        self.steps = torch.zeros(runs, dtype=torch.float32, device=device)
+        for k, c in enumerate(cs):
+            state = next(iter(c.optimizer.state.values()), None)
+            if state is not None:
+                self.steps[k] = state["step"].to(device)
+        self.encoder: dict[str, Tensor] = {}
+        self.loss: dict[str, Tensor] = {}
+        slots = [self._stack(name, [p for c in cs for n, p in c.encoder.named_parameters() if n == name], self.encoder)
+                 for name, _ in first.encoder.named_parameters()]
+        slots += [self._stack(name, [p for c in cs for n, p in c.loss.named_parameters() if n == name], self.loss)
+                  for name, _ in first.loss.named_parameters()]
+        self.optimizer = StackedAdam(slots, self.steps, group["betas"], group["eps"])
+        clips = [c.config["optim"]["grad_clip"] for c in cs]
+        self.clip = None if all(c is None for c in clips) else torch.tensor(
+            [math.inf if c is None else c for c in clips], dtype=torch.float64, device=device)
+
+    def _stack(self, name: str, own: list[Tensor], into: dict[str, Tensor]) -> Slot:
+        """Stack the runs' parameters ``own`` (one per run) as ``into[name]``, point each at its row, and the Adam
+        slot over the stack with each run's learning rate, weight decay and moments."""
+        stack = torch.stack([p.detach() for p in own]).requires_grad_(own[0].requires_grad)
+        moments = torch.zeros((2, *stack.shape), dtype=stack.dtype, device=stack.device)
+        lr, decay = [], []
+        for k, (c, p) in enumerate(zip(self.solvers, own)):
+            group = next(g for g in c.optimizer.param_groups if any(q is p for q in g["params"]))
+            lr.append(group["lr"])
+            decay.append(group["weight_decay"])
+            if p in c.optimizer.state:
+                moments[0, k], moments[1, k] = c.optimizer.state[p]["exp_avg"], c.optimizer.state[p]["exp_avg_sq"]
+            p.data = stack.data[k]
+            c.optimizer.state[p] = {"step": self.steps[k], "exp_avg": moments[0, k], "exp_avg_sq": moments[1, k]}
+        into[name] = stack
+        options = {"dtype": torch.float64, "device": stack.device}
+        return Slot(stack, torch.tensor(lr, **options), torch.tensor(decay, **options), moments[0], moments[1])
+
+    def step(self) -> list[Tensor]:
+        """One training step of every run: each draws its batch from its own process and stream, as alone; one
+        encoder pass over the stacked weights (``torch.func.vmap``); each run's loss on its encodings with its
+        row of the stacked loss parameters; the summed losses' gradient (each run's own), clipped per run to its
+        ``optim.grad_clip``; one Adam step. The runs' losses, on the device."""
+        cs = self.solvers
+        batches = [c.batch() for c in cs]
+        x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])
+        buffers = {name: torch.stack([b for c in cs for n, b in c.encoder.named_buffers() if n == name])
+                   for name, _ in cs[0].encoder.named_buffers()}
+        with cs[0].precision(), blas_only():
+            h_all = vmap(lambda p, b, rows: functional_call(cs[0].encoder, (p, b), (rows,)))(self.encoder, buffers, x)
+        h_all = h_all.to(cs[0].process.dtype)
+        encoded = [split_encodings(h, batch) for batch, h in zip(batches, h_all)]
+        losses = []
+        for k, (c, inputs) in enumerate(zip(cs, encoded)):
+            with c.loss_memory():
+                losses.append(functional_call(c.loss, {n: stack[k] for n, stack in self.loss.items()}, inputs))
+        self.optimizer.zero_grad()
+        torch.stack(losses).sum().backward()
+        if self.clip is not None:
+            self._clip()
+        self.optimizer.step()
+        for c, (_, h_pos, _) in zip(cs, encoded):
+            c.advance(h_pos)
+        return [loss.detach() for loss in losses]
+
+    @torch.no_grad()
+    def _clip(self) -> None:
+        """Each run's gradient scaled to norm at most its ``optim.grad_clip`` (torch's ``clip_grad_norm_`` per run:
+        coefficient min(1, c / (‖g‖ + 1e-6)) over all its parameters)."""
+        grads = [slot.param.grad for slot in self.optimizer.slots if slot.param.grad is not None]
+        norms = torch.stack([torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1) for g in grads])
+        coefficient = (self.clip / (torch.linalg.vector_norm(norms, dim=0).to(torch.float64) + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coefficient.to(g.dtype).view(-1, *([1] * (g.dim() - 1))))
+
+    def release(self) -> None:
+        """Every run's parameters and Adam state in storage of its own again (the values they hold now)."""
+        for c in self.solvers:
+            for p in [*c.encoder.parameters(), *c.loss.parameters()]:
+                p.data = p.data.clone()
+                state = c.optimizer.state.get(p)
+                if state is not None:
+                    c.optimizer.state[p] = {key: value.clone() for key, value in state.items()}
 
 
-def step_pack(cs: Sequence[Solver], batched: bool | None = None) -> list[Tensor]:
-    """One training step of every run in ``cs``: one batched computation (:func:`batched_step`) or each run's
-    own :meth:`~identifiable_cl.solvers.base.Solver.step` in turn (None: :func:`batched_by_default`); their
-    losses, on device."""
-    if batched_by_default(cs) if batched is None else batched:
-        return batched_step(cs)
-    return [c.step() for c in cs]
+class PackStepper:
+    """Steps the running runs of a pack: each run's own :meth:`~identifiable_cl.solvers.base.Solver.step` in turn,
+    or ``batched`` as one :class:`StackedPack` (None: :func:`batched_by_default`), rebuilt when the running runs
+    change. :meth:`close` releases it."""
+
+    def __init__(self, batched: bool | None = None):
+        self.batched = batched
+        self.pack: StackedPack | None = None
+
+    def step(self, cs: Sequence[Solver]) -> list[Tensor]:
+        """One training step of every run in ``cs``; their losses, on the device."""
+        if not (batched_by_default(cs) if self.batched is None else self.batched):
+            return [c.step() for c in cs]
+        if self.pack is None or self.pack.solvers != list(cs):
+            self.close()
+            self.pack = StackedPack(cs)
+        return self.pack.step()
+
+    def close(self) -> None:
+        if self.pack is not None:
+            self.pack.release()
+            self.pack = None

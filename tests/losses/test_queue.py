@@ -15,7 +15,7 @@ from identifiable_cl.losses import LOSSES
 from identifiable_cl.losses.base import REDUCTIONS
 from identifiable_cl.losses.infonce import InfoNCE
 from identifiable_cl.losses.queue import KeyQueue, QueueOptions
-from identifiable_cl.solvers.packed import batched_step
+from identifiable_cl.solvers.packed import StackedPack
 from identifiable_cl.training import Trainer, information_metrics, run_packed
 from tests.tiny import tiny_config
 
@@ -213,4 +213,4 @@ def test_queued_runs_pack_and_step_in_turn(tmp_path):
     packed = run_packed([Trainer.create(c, tmp_path / f"packed{i}", progress=False) for i, c in enumerate(cfgs)])
     assert [p["r2_linear"] for p in packed] == [a["r2_linear"] for a in alone]
     with pytest.raises(ValueError, match="take their steps in turn"):
-        batched_step([build(c) for c in cfgs])
+        StackedPack([build(c) for c in cfgs])

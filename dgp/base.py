@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from dgp.blocks import SAMPLER, Shortfalls
 from dgp.information import Information, monte_carlo_information
 
 
@@ -41,7 +42,22 @@ class Space(nn.Module):
         raise NotImplementedError
 
 
-class Marginal(nn.Module):
+class Drawing(nn.Module):
+    """A component that draws: the version ``sampler`` of the rejection samplers it uses (:mod:`dgp.blocks`;
+    the process sets it from ``dgp.sampler``) and the count ``shortfalls`` of rows they left short."""
+
+    sampler: int = SAMPLER
+
+    @property
+    def shortfalls(self) -> Shortfalls:
+        """This component's :class:`dgp.blocks.Shortfalls` (one per component, made on first use)."""
+        found = self.__dict__.get("_shortfalls")
+        if found is None:
+            found = self.__dict__["_shortfalls"] = Shortfalls()
+        return found
+
+
+class Marginal(Drawing):
     """p(z) on a space. Constructed as ``cls(space, rng, *, **options)``."""
 
     space: Space
@@ -54,7 +70,7 @@ class Marginal(nn.Module):
         raise NotImplementedError
 
 
-class Conditional(nn.Module):
+class Conditional(Drawing):
     """p(z+ | z). Constructed as ``cls(space, rng, *, **options)``."""
 
     space: Space
@@ -88,7 +104,7 @@ class Conditional(nn.Module):
         raise NotImplementedError
 
 
-class Negatives(nn.Module):
+class Negatives(Drawing):
     """How negatives are drawn. Constructed as ``cls(space, rng, *, **options)``."""
 
     def sample(self, z: Tensor, marginal: Marginal, generator: torch.Generator) -> Tensor | None:

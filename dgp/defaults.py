@@ -13,6 +13,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "conditional": {"name": "laplace", "scale": 0.1},
     "negatives": {"name": "none"},
     "mixing": {"name": "mlp"},
+    "sampler": 2,
 }
 """Z21's box setting: uniform latents in [0, 1]^10, Laplace(0.1) positives, a 3-layer invertible MLP.
 
@@ -27,3 +28,9 @@ DTYPE_NAMES = ("float32", "float64")
 BUILTIN_MODULES = ("dgp.spaces", "dgp.marginals", "dgp.conditionals", "dgp.content_style", "dgp.negatives",
                    "dgp.mixing", "dgp.views")
 """The modules that register the package's own components; a registry imports them when first queried."""
+
+SAMPLERS = (1, 2)
+"""The versions of the process's rejection samplers (``dgp.sampler``, :mod:`dgp.blocks`): 1, rounds with a host
+loop; 2, fixed blocks that never make a GPU wait. Both draw exactly from the same laws; their draws differ."""
+SAMPLER = 2
+"""The version new processes draw with; a saved process that records none drew with version 1."""

@@ -85,7 +85,8 @@ class UniformMarginal(_Marginal):
         if isinstance(self.space, Sphere):
             r = self.space.radius
             kappa = (beta * r) * z.to(torch.float64).norm(dim=1)
-            v = sample_vmf(z.repeat_interleave(num, dim=0), kappa.repeat_interleave(num), generator)
+            v = sample_vmf(z.repeat_interleave(num, dim=0), kappa.repeat_interleave(num), generator, check=False,
+                           sampler=self.sampler, shortfalls=self.shortfalls)
             return (r * v).view(batch, num, n)
         rate = (beta * z).unsqueeze(1).expand(batch, num, n)
         return truncation.truncated_exponential(rate, self.space.low, self.space.high, generator, check=False)
@@ -210,7 +211,8 @@ class GenNormMarginal(_LocationScale):
         return truncation.gennorm(loc, self.scale, self.p, generator)
 
     def _truncated(self, loc: Tensor, low: float, high: float, generator: torch.Generator) -> Tensor:
-        return truncation.truncated_gennorm(loc, self.scale, self.p, low, high, generator, check=False)
+        return truncation.truncated_gennorm(loc, self.scale, self.p, low, high, generator, check=False,
+                                            sampler=self.sampler, shortfalls=self.shortfalls)
 
     def _plain_tilt_limit(self) -> float:
         """exp(-|(x - loc)/scale|^p + t x) on R: finite for every t when p > 1, for |t| < 1/scale when p = 1

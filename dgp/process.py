@@ -34,7 +34,7 @@ from dgp.marginals import MARGINALS
 from dgp.mixing import MIXINGS
 from dgp.negatives import NEGATIVES
 from dgp.spaces import SPACES
-from dgp.defaults import DEFAULT_CONFIG, DTYPE_NAMES, SINGLE_VIEW
+from dgp.defaults import DEFAULT_CONFIG, DTYPE_NAMES, SAMPLERS, SINGLE_VIEW
 from dgp.views import VIEWS
 from dgp.seeding import generator as stream_generator
 
@@ -124,6 +124,9 @@ class Process(nn.Module):
         self.conditional = CONDITIONALS.build(cfg["conditional"], self.space, rng("conditional"), key="dgp.conditional")
         self.negatives = NEGATIVES.build(cfg["negatives"], self.space, rng("negatives"), key="dgp.negatives")
         self.negatives.check_marginal(self.marginal)
+        self.sampler = _sampler(cfg["sampler"])
+        for part in (self.marginal, self.conditional, self.negatives):
+            part.sampler = self.sampler
         self._check_blocks()
         self.views = VIEWS.build(cfg.get("views", SINGLE_VIEW), self.blocks, dim, key="dgp.views")
         sizes = self.observed_dims
@@ -262,13 +265,20 @@ class Process(nn.Module):
             groups.setdefault(value, []).append(i)
         return list(groups.values())
 
+    def shortfalls(self) -> int:
+        """The rows its block samplers have left without an accepted proposal so far (:mod:`dgp.blocks`), over
+        the marginal, conditional and negatives; reading it makes the host wait for the device."""
+        return sum(part.shortfalls.total() for part in (self.marginal, self.conditional, self.negatives))
+
     def fingerprint(self) -> str:
         """A stable hash of the config, the seed and every drawn parameter (device-independent).
 
         Config numbers are hashed as floats (:func:`dgp.checks.canonical`), so ``kappa: 10`` and
-        ``kappa: 10.0`` give the same fingerprint.
+        ``kappa: 10.0`` give the same fingerprint. ``sampler: 1`` is left out of the hash, so a process saved
+        before ``dgp.sampler`` existed keeps its fingerprint (:func:`saved_config`).
         """
-        return self.fingerprint_of(checks.canonical({"config": self.config, "seed": self.seed}))
+        config = {k: v for k, v in self.config.items() if (k, v) != ("sampler", 1)}
+        return self.fingerprint_of(checks.canonical({"config": config, "seed": self.seed}))
 
     def fingerprint_of(self, header: Mapping[str, Any]) -> str:
         """The hash of ``header`` (JSON) followed by every drawn parameter; :meth:`fingerprint` hashes the
@@ -323,6 +333,19 @@ SAVED_KEYS = ("config", "seed", "fingerprint", "state")
 """What :meth:`Process.to_dict` holds."""
 
 
+def _sampler(value: Any) -> int:
+    """``dgp.sampler`` checked: one of :data:`dgp.defaults.SAMPLERS`."""
+    if isinstance(value, bool) or value not in SAMPLERS:
+        checks.fail("dgp.sampler", value, f"allowed: {', '.join(map(str, SAMPLERS))} (the sampler versions)")
+    return int(value)
+
+
+def saved_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved process's config as it drew: one saved before ``dgp.sampler`` existed records no version and
+    drew with version 1."""
+    return {"sampler": 1, **config}
+
+
 def load_process(saved: Mapping[str, Any] | str | Path, device: torch.device | str = "cpu") -> Process:
     """Rebuild a process from :meth:`Process.to_dict`'s mapping or a file :meth:`Process.save` wrote
     (a run's ``dgp.pt``), with its saved parameters loaded.
@@ -339,7 +362,7 @@ def load_process(saved: Mapping[str, Any] | str | Path, device: torch.device | s
         given = sorted(saved) if isinstance(saved, Mapping) else type(saved).__name__
         raise ValueError(f"a saved process is a mapping with keys {', '.join(SAVED_KEYS)}; got {given}")
     with checks.checking():  # every drawn parameter is a buffer the saved state replaces: skip the costly draws
-        process = Process(saved["config"], saved["seed"])
+        process = Process(saved_config(saved["config"]), saved["seed"])
     try:
         process.load_state_dict(saved["state"])
     except (RuntimeError, TypeError, AttributeError) as exc:

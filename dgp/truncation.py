@@ -26,9 +26,14 @@ for p < 1 the one-sided pieces are handled through T = |Y|^p ~ Gamma(1/p), which
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
+import numpy as np
 import torch
+from scipy import special
 from torch import Tensor
+
+from dgp.blocks import SAMPLER, Shortfalls, first_accepted
 
 _MAX_ROUNDS = 10_000
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -217,34 +222,63 @@ def truncated_exponential(rate: Tensor, low, high, generator: torch.Generator, c
     return _finish(torch.where(rate64 > 0, start - delta, start + delta), low64, high64, rate.dtype)
 
 
-def truncated_gennorm(loc: Tensor, scale, p: float, low, high, generator: torch.Generator,
-                      check: bool = True) -> Tensor:
+def truncated_gennorm(loc: Tensor, scale, p: float, low, high, generator: torch.Generator, check: bool = True,
+                      sampler: int = SAMPLER, shortfalls: Shortfalls | None = None) -> Tensor:
     """Draws of the generalized normal (density ∝ exp(-|(x - loc)/scale|^p)) truncated to [low, high].
 
-    Exact rejection, vectorised over coordinates (see the module docstring); for a given p the acceptance rate
-    is bounded below over all intervals, so the loop over rejection rounds ends after a few rounds.
+    Exact rejection, vectorised over coordinates (see the module docstring). ``sampler``
+    (:data:`dgp.blocks.SAMPLERS`): 2 draws in the fixed blocks of :func:`dgp.blocks.first_accepted`, planned
+    with the lower bound :func:`gennorm_acceptance` on the acceptance rate over all intervals (coordinates left
+    short added to ``shortfalls``); 1 in rounds with a host loop until every coordinate has a draw.
     """
     if not (isinstance(p, (int, float)) and math.isfinite(p) and p > 0):
         raise ValueError(f"p must be a finite number > 0, got {p!r}")
     p = float(p)
     loc64, scale64, low64, high64 = _prepare(loc, scale, low, high, check)
     flip, a, b = _mirror((low64 - loc64) / scale64, (high64 - loc64) / scale64, lower=False)
-    y = _standard_gennorm_interval(a.reshape(-1), b.reshape(-1), p, generator).view(a.shape)
+    if sampler == 1:
+        y = _standard_gennorm_interval(a.reshape(-1), b.reshape(-1), p, generator)
+    else:
+        y = _standard_gennorm_in_blocks(a.reshape(-1), b.reshape(-1), p, generator, shortfalls)
+    y = y.view(a.shape)
     return _finish(loc64 + scale64 * torch.where(flip, -y, y), low64, high64, loc.dtype)
 
 
 def _standard_gennorm_interval(lo: Tensor, hi: Tensor, p: float, generator: torch.Generator) -> Tensor:
-    """Draws of Y ∝ exp(-|y|^p) on [lo_i, hi_i] with lo_i + hi_i >= 0 (flat float64 tensors)."""
+    """Draws of Y ∝ exp(-|y|^p) on [lo_i, hi_i] with lo_i + hi_i >= 0 (flat float64 tensors), in rounds."""
     if p >= 1:
-        out = _gennorm_y_space(lo, hi, p, generator)
+        out = _rounds(_gennorm_y_space(lo, hi, p, generator, dense=False), lo.numel(), lo.device)
     else:
         out = torch.empty_like(lo)
         straddle = lo < 0
-        for mask, sampler in ((straddle, _gennorm_y_space), (~straddle, _gennorm_t_space)):
+        for mask, law in ((straddle, _gennorm_y_space), (~straddle, _gennorm_t_space)):
             idx = torch.nonzero(mask).squeeze(1)
             if idx.numel():
-                out[idx] = sampler(lo[idx], hi[idx], p, generator)
+                out[idx] = _rounds(law(lo[idx], hi[idx], p, generator, dense=False), idx.numel(), lo.device)
     return torch.minimum(torch.maximum(out, lo), hi)
+
+
+def _standard_gennorm_in_blocks(lo: Tensor, hi: Tensor, p: float, generator: torch.Generator,
+                                shortfalls: Shortfalls | None) -> Tensor:
+    """:func:`_standard_gennorm_interval` in fixed blocks: for p < 1 every proposal is drawn in both spaces
+    and each coordinate keeps the one of its own law, so that shapes never depend on the data."""
+    propose = _gennorm_y_space(lo, hi, p, generator, dense=True)
+    if p < 1:
+        in_y, in_t = propose, _gennorm_t_space(lo, hi, p, generator, dense=True)
+        straddle = lo < 0
+
+        def propose(idx: Tensor) -> tuple[Tensor, Tensor]:
+            (y, ok_y), (y_t, ok_t) = in_y(idx), in_t(idx)
+            here = straddle.index_select(0, idx)
+            return torch.where(here, y, y_t), torch.where(here, ok_y, ok_t)
+
+    out = first_accepted(lo.numel(), gennorm_acceptance(p), propose, lo.device, shortfalls)
+    return torch.minimum(torch.maximum(out, lo), hi)
+
+
+def _rounds(propose, count: int, device: torch.device) -> Tensor:
+    """Rounds of :func:`_rejection` for ``count`` indices, from a first proposal for each."""
+    return _rejection(*propose(torch.arange(count, device=device)), propose)
 
 
 def _signed_gennorm(straddle: Tensor, p: float, generator: torch.Generator) -> Tensor:
@@ -254,8 +288,10 @@ def _signed_gennorm(straddle: Tensor, p: float, generator: torch.Generator) -> T
     return torch.where(flip, -y, y)
 
 
-def _gennorm_y_space(lo: Tensor, hi: Tensor, p: float, generator: torch.Generator) -> Tensor:
-    """Rejection in y for intervals around 0 (any p) or with 0 <= lo (p >= 1: -y^p is concave there).
+def _gennorm_y_space(lo: Tensor, hi: Tensor, p: float, generator: torch.Generator, dense: bool):
+    """Proposals in y for intervals around 0 (any p) or with 0 <= lo (p >= 1: -y^p is concave there):
+    ``propose(idx) -> (y, accepted)`` for the coordinates ``idx``. ``dense`` draws from both envelopes for
+    every coordinate; otherwise only from those some coordinate uses (which asks the host).
 
     Envelopes: the untruncated law, folded to y >= 0 when lo >= 0, of mass (1 + [lo < 0])·Γ(1 + 1/p); or
     exp(-lo^p - rho·(y - lo)) on [lo, hi] with rho = p·lo^{p-1} (tangent to -y^p at lo), which is the
@@ -271,13 +307,13 @@ def _gennorm_y_space(lo: Tensor, hi: Tensor, p: float, generator: torch.Generato
     use_base = log_base <= log_env
 
     def propose(idx: Tensor) -> tuple[Tensor, Tensor]:
-        l, h, st, base = lo[idx], hi[idx], straddle[idx], use_base[idx]
+        l, h, st, base = (x.index_select(0, idx) for x in (lo, hi, straddle, use_base))
         y = ok = None
-        if bool(base.any()):
+        if dense or bool(base.any()):
             y = _signed_gennorm(st, p, generator)
             ok = (y >= l) & (y <= h)
-        if not bool(base.all()):
-            s, r = start[idx], rho[idx]
+        if dense or not bool(base.all()):
+            s, r = start.index_select(0, idx), rho.index_select(0, idx)
             u = _uniform((2, idx.numel()), generator, idx.device)
             delta = exponential_offset(r, h - l, u[0])
             y_env = l + delta
@@ -290,11 +326,12 @@ def _gennorm_y_space(lo: Tensor, hi: Tensor, p: float, generator: torch.Generato
             ok = ok_env if ok is None else torch.where(base, ok, ok_env)
         return y, ok
 
-    return _rejection(*propose(torch.arange(lo.numel(), device=lo.device)), propose)
+    return propose
 
 
-def _gennorm_t_space(lo: Tensor, hi: Tensor, p: float, generator: torch.Generator) -> Tensor:
-    """Rejection for p < 1 on [lo, hi] with 0 <= lo, through T = Y^p on [lo^p, hi^p].
+def _gennorm_t_space(lo: Tensor, hi: Tensor, p: float, generator: torch.Generator, dense: bool):
+    """Proposals for p < 1 on [lo, hi] with 0 <= lo, through T = Y^p on [lo^p, hi^p]: ``propose(idx) -> (y,
+    accepted)`` as :func:`_gennorm_y_space`, y = T^{1/p}.
 
     T ~ Gamma(α), α = 1/p > 1, is log-concave with mode m = α - 1 and -log density φ(t) = t - m·log t.
     Envelopes: Gamma(α) itself (mass Γ(α)); or, on the interval, the uniform at height e^{-φ(m)} when it
@@ -320,21 +357,83 @@ def _gennorm_t_space(lo: Tensor, hi: Tensor, p: float, generator: torch.Generato
     use_base = math.lgamma(alpha) <= -end_phi + exponential_log_mass(rho, width)
 
     def propose(idx: Tensor) -> tuple[Tensor, Tensor]:
-        a, b, base = t1[idx], t2[idx], use_base[idx]
+        a, b, base = (x.index_select(0, idx) for x in (t1, t2, use_base))
         t = ok = None
-        if bool(base.any()):
+        if dense or bool(base.any()):
             t = gamma(idx.numel())
             ok = (t >= a) & (t <= b)
-        if not bool(base.all()):
-            inside, r = holds_mode[idx], right[idx]
+        if dense or not bool(base.all()):
+            inside, r = holds_mode.index_select(0, idx), right.index_select(0, idx)
             u = _uniform((2, idx.numel()), generator, idx.device)
-            delta = exponential_offset(rho[idx], width[idx], u[0])
+            delta = exponential_offset(rho.index_select(0, idx), width.index_select(0, idx), u[0])
             t_env = torch.where(inside | r, a + delta, b - delta)
-            x = torch.where(r, delta, -delta) / end[idx]
-            log_ratio = torch.where(inside, end_phi[idx] - phi(t_env), mode * (torch.log1p(x) - x))
+            x = torch.where(r, delta, -delta) / end.index_select(0, idx)
+            log_ratio = torch.where(inside, end_phi.index_select(0, idx) - phi(t_env), mode * (torch.log1p(x) - x))
             ok_env = torch.log(u[1]) <= log_ratio
             t = t_env if t is None else torch.where(base, t, t_env)
             ok = ok_env if ok is None else torch.where(base, ok, ok_env)
-        return t, ok
+        return t.pow(alpha), ok
 
-    return _rejection(*propose(torch.arange(lo.numel(), device=lo.device)), propose).pow(alpha)
+    return propose
+
+ACCEPTANCE_MARGIN = 0.8
+"""The block plan assumes this fraction of :func:`gennorm_acceptance`'s grid minimum."""
+
+
+def _log_mass(rho: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """log ∫_0^width exp(-rho·δ) dδ (numpy twin of :func:`exponential_log_mass`)."""
+    safe = np.where(rho > 0, rho, 1.0)
+    return np.where(rho > 0, np.log(-np.expm1(-safe * width)) - np.log(safe), np.log(width))
+
+
+def _mass_between(alpha: float, t1: np.ndarray, t2: np.ndarray) -> np.ndarray:
+    """∫_{t1}^{t2} t^{α-1}e^{-t} dt / Γ(α), from the lower tail left of the mode and the upper one right of it;
+    NaN where t2 - t1 is too small to resolve the difference."""
+    lower = special.gammainc(alpha, t2) - special.gammainc(alpha, t1)
+    upper = special.gammaincc(alpha, t1) - special.gammaincc(alpha, t2)
+    left = t2 <= alpha
+    diff = np.where(left, lower, upper)
+    scale = np.where(left, special.gammainc(alpha, t2), special.gammaincc(alpha, t1))
+    return np.where(diff > 1e-6 * scale, diff, np.nan)
+
+
+@lru_cache(maxsize=64)
+def gennorm_acceptance(p: float) -> float:
+    """A lower bound on the acceptance rate of :func:`truncated_gennorm`'s rejection at shape ``p``, over every
+    interval: :data:`ACCEPTANCE_MARGIN` times the minimum over a grid of intervals of Z/M, the target's mass
+    Z over the chosen envelope's mass M (the cheaper of the two, as the sampler chooses).
+
+    With G(x) = ∫_0^x e^{-y^p} dy = Γ(1+1/p)·P(1/p, x^p): intervals around 0 (lo = -s·hi, s ∈ [0, 1]) have
+    Z = G(-lo) + G(hi) and M = min(2Γ(1+1/p), hi - lo); one-sided ones (0 <= lo, lo^p <= 600, where farther
+    out the tangent envelope is tighter still) Z = G(hi) - G(lo) and M = min(Γ(1+1/p), e^{-lo^p}·mass) for
+    p >= 1, or, for p < 1, the same in t = y^p with the Gamma(1/p) law (:func:`_gennorm_t_space`).
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return ACCEPTANCE_MARGIN * _grid_acceptance(p)
+
+
+def _grid_acceptance(p: float) -> float:
+    """The minimum of Z/M over the grid of intervals of :func:`gennorm_acceptance`."""
+    alpha = 1.0 / p
+    hi = np.logspace(-4, 3, 300)[:, None]
+    lo = -np.linspace(0.0, 1.0, 101)[None, :] * hi
+    mass = math.gamma(1.0 + alpha) * (special.gammainc(alpha, (-lo) ** p) + special.gammainc(alpha, hi ** p))
+    around = mass / np.minimum(2.0 * math.gamma(1.0 + alpha), hi - lo)
+    lo = np.concatenate([[0.0], np.logspace(-4, math.log10(600.0 ** alpha), 300)])[:, None]
+    hi = lo + np.logspace(-5, 3, 300)[None, :]
+    t1, t2 = lo ** p, hi ** p
+    if p >= 1:
+        rho = p * lo ** (p - 1.0)
+        log_env = -t1 + _log_mass(rho, hi - lo)
+        log_base = math.lgamma(1.0 + alpha)
+    else:
+        mode = alpha - 1.0
+        holds, right = (t1 <= mode) & (mode <= t2), t1 > mode
+        end = np.where(right, t1, t2)
+        rho = np.where(holds, 0.0, np.abs(mode / end - 1.0))
+        phi = np.where(holds, mode - mode * math.log(mode), end - mode * np.log(end))
+        log_env = -phi + _log_mass(rho, t2 - t1)
+        log_base = math.lgamma(alpha)
+    one_sided = np.exp(np.log(_mass_between(alpha, t1, t2)) + math.lgamma(alpha) - np.minimum(log_base, log_env)
+                       - (math.log(p) if p >= 1 else 0.0))
+    return float(min(np.nanmin(around), np.nanmin(one_sided)))

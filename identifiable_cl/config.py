@@ -31,6 +31,7 @@ import yaml
 from dgp.checks import fail
 from dgp.defaults import DEFAULT_CONFIG as DGP_DEFAULTS
 from dgp.defaults import DTYPE_NAMES
+from dgp.defaults import SAMPLERS as DGP_SAMPLERS
 from dgp.defaults import SINGLE_VIEW as DGP_VIEWS
 from identifiable_cl.arguments import OVERRIDE
 
@@ -117,6 +118,9 @@ SCHEMA: dict[str, Leaf | Section] = {
     "dgp.dim": Leaf(DGP_DEFAULTS["dim"], "int", "number n of latent (and observed) dimensions", minimum=1),
     "dgp.dtype": Leaf(DGP_DEFAULTS["dtype"], "str", "floating type of the process, encoder and loss",
                       choices=DTYPE_NAMES),
+    "dgp.sampler": Leaf(DGP_DEFAULTS["sampler"], "int", "version of the rejection samplers: 2, fixed blocks that never "
+                        "make a GPU wait; 1, the earlier rounds (same laws, other draws), which runs saved before "
+                        "version 2 existed keep", choices=DGP_SAMPLERS),
     "dgp.space": Section(DGP_DEFAULTS["space"], "latent space: sphere, box or euclidean", "spaces"),
     "dgp.marginal": Section(DGP_DEFAULTS["marginal"], "marginal p(z) of the latents", "marginals"),
     "dgp.conditional": Section(DGP_DEFAULTS["conditional"], "conditional p(z+ | z) of the positives", "conditionals"),

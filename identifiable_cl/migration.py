@@ -15,6 +15,12 @@ Version 1 → 2 (runs saved before the schema version existed):
   version (a saved config is a layer over the defaults);
 - the process's fingerprint in ``dgp.pt`` may hash its config's numbers as written (``kappa: 10`` and
   ``kappa: 10.0`` then hashed differently); when it does, today's canonical fingerprint replaces it.
+
+Version 2 → 3: the process drew with the first version of its rejection samplers (``dgp.sampler: 1``,
+:mod:`dgp.blocks`), which consume the random streams differently from the blocks new runs use; the
+config records it so that the run resumes with the draws it began with. ``dgp.pt`` needs no change: a
+saved process without the entry drew with version 1 (:func:`dgp.process.saved_config`), and version 1 is
+left out of its fingerprint.
 """
 
 from __future__ import annotations
@@ -23,12 +29,15 @@ import copy
 from typing import Any, Callable, Mapping
 
 import dgp
+from dgp.process import saved_config
 from identifiable_cl.config import set_default
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version of the run folder files this code writes (``meta.json``'s ``schema_version``)."""
 VERSION_1_BEHAVIOUR: dict[str, Any] = {"train.matmul": "blas", "eval.n_centres": 1000}
 """Keys added before version 2 whose earlier behaviour differs from their default."""
+VERSION_2_BEHAVIOUR: dict[str, Any] = {"dgp.sampler": 1}
+"""Keys added between versions 2 and 3 whose earlier behaviour differs from their default."""
 
 Saved = tuple[dict[str, Any], dict[str, Any]]
 """A run's config and its saved process (``dgp.pt``'s mapping)."""
@@ -46,16 +55,23 @@ def _from_1(config: dict[str, Any], saved: dict[str, Any]) -> Saved:
     for key, value in VERSION_1_BEHAVIOUR.items():
         set_default(config, key, value)
     try:
-        process = dgp.Process(saved["config"], saved["seed"])
+        process = dgp.Process(saved_config(saved["config"]), saved["seed"])
         process.load_state_dict(saved["state"])
     except (KeyError, RuntimeError, TypeError, ValueError, AttributeError):
         return config, saved  # damaged: dgp.load_process says what is wrong
-    if saved.get("fingerprint") == process.fingerprint_of({"config": process.config, "seed": process.seed}):
+    written = {k: v for k, v in process.config.items() if k != "sampler"}  # as version 1 wrote it
+    if saved.get("fingerprint") == process.fingerprint_of({"config": written, "seed": process.seed}):
         saved = {**saved, "fingerprint": process.fingerprint()}
     return config, saved
 
 
-STEPS: dict[int, Callable[[dict[str, Any], dict[str, Any]], Saved]] = {1: _from_1}
+def _from_2(config: dict[str, Any], saved: dict[str, Any]) -> Saved:
+    for key, value in VERSION_2_BEHAVIOUR.items():
+        set_default(config, key, value)
+    return config, saved
+
+
+STEPS: dict[int, Callable[[dict[str, Any], dict[str, Any]], Saved]] = {1: _from_1, 2: _from_2}
 """``STEPS[v]`` upgrades version v to v + 1."""
 
 

@@ -8,6 +8,7 @@ from identifiable_cl.benchmarks.syncs import host_syncs
 from identifiable_cl.components import build
 from tests.tiny import tiny_config
 
+SPHERE = {"dgp.space.name": "sphere", "dgp.conditional.name": "vmf", "encoder.normalize": "sphere"}
 R24 = {"dgp.space.name": "sphere", "dgp.conditional.name": "anisotropic", "dgp.conditional.lambdas": "bimodal",
        "loss.name": "aninfonce", "encoder.normalize": "sphere"}
 SETTINGS = {
@@ -21,9 +22,16 @@ SETTINGS = {
                                                         "ensemble")},
     "MoCo's queue": {"loss.negatives": "queue", "loss.queue.size": 64},
     "bf16 with gradient clipping": {"train.precision": "bf16", "optim.grad_clip": 1.0},
+    "sphere, vMF (Wood's sampler in blocks)": SPHERE,
+    "sphere, vMF, tilted hard negatives": {**SPHERE, "dgp.negatives.name": "tilted"},
+    "box, truncated generalized normal conditional": {"dgp.conditional.name": "gennorm"},
+    "box, truncated generalized normal marginal, p < 1": {"dgp.marginal.name": "gennorm", "dgp.marginal.p": 0.5},
+    "R24 anisotropic with the shell": {**R24, "dgp.conditional.shell": 0.1},
+    **{f"triplet, {mining} mining": {"loss.name": "triplet", "loss.mining": mining} for mining in ("hardest",
+                                                                                                  "semihard")},
 }
-"""Settings whose steady-state step is free of host synchronisations. Not yet: Wood's vMF sampler and the other
-rejection samplers (a host loop over rejection rounds) and the hardest and semi-hard triplets' mining."""
+"""Settings whose steady-state step is free of host synchronisations: every one the package has (the rejection
+samplers draw in fixed blocks, :mod:`dgp.blocks`)."""
 
 
 @pytest.fixture

@@ -27,9 +27,26 @@ def run(tmp_path, monkeypatch):
     return tmp_path / "run"
 
 
+def without_sampler(run_dir, version):
+    """The run's files as schema ``version`` (< 3) wrote them: no dgp.sampler in config.yaml nor in dgp.pt's
+    config, whose fingerprint is then that of a version 1 sampler."""
+    meta = rundir.read_json(run_dir / rundir.META)
+    meta["schema_version"] = version
+    (run_dir / rundir.META).write_text(json.dumps(meta))
+    config = yaml.safe_load((run_dir / rundir.CONFIG).read_text())
+    del config["dgp"]["sampler"]
+    (run_dir / rundir.CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
+    saved = rundir.load_torch(run_dir / rundir.DGP)
+    config = {k: v for k, v in saved["config"].items() if k != "sampler"}
+    earlier = dgp.Process({**config, "sampler": 1}, saved["seed"])
+    earlier.load_state_dict(saved["state"])
+    torch.save({**saved, "config": config, "fingerprint": earlier.fingerprint()}, run_dir / rundir.DGP)
+
+
 def as_version_1(run_dir):
     """The run's files as a run saved before the schema version existed would hold them: no schema_version
     in meta.json, no train.matmul and eval.n_centres in config.yaml, the earlier fingerprint in dgp.pt."""
+    without_sampler(run_dir, 2)
     meta = rundir.read_json(run_dir / rundir.META)
     del meta["schema_version"]
     (run_dir / rundir.META).write_text(json.dumps(meta))
@@ -38,7 +55,8 @@ def as_version_1(run_dir):
     (run_dir / rundir.CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
     saved = rundir.load_torch(run_dir / rundir.DGP)
     process = dgp.load_process(saved)
-    earlier = process.fingerprint_of({"config": process.config, "seed": process.seed})
+    written = {k: v for k, v in process.config.items() if k != "sampler"}
+    earlier = process.fingerprint_of({"config": written, "seed": process.seed})
     assert earlier != process.fingerprint()  # the box's high: 1 is hashed as written
     torch.save({**saved, "fingerprint": earlier}, run_dir / rundir.DGP)
     return process.fingerprint()
@@ -86,3 +104,34 @@ def test_versions_it_cannot_read_are_named(run, meta, message):
     with pytest.raises(ValueError, match=f"meta.json: {message}"):
         load_run(run)
     assert schema_version({}) == schema_version(None) == 1
+
+
+SPHERE = {"dgp.space.name": "sphere", "dgp.conditional.name": "vmf", "dgp.conditional.kappa": 5.0,
+          "encoder.normalize": "sphere"}
+
+
+def test_a_version_2_run_resumes_with_the_draws_of_the_earlier_sampler(tmp_path, monkeypatch):
+    import identifiable_cl.training as training
+
+    monkeypatch.setattr(training, "draw_figures_if_possible", lambda run_dir: {})
+    config = tiny_config(**{"train.steps": 10, "train.checkpoint_every": 10, "dgp.sampler": 1, **SPHERE})
+    Trainer.create(config, tmp_path / "run", progress=False).run()
+    fingerprint = rundir.load_torch(tmp_path / "run" / rundir.DGP)["fingerprint"]
+    without_sampler(tmp_path / "run", 2)
+    assert rundir.load_torch(tmp_path / "run" / rundir.DGP)["fingerprint"] == fingerprint  # v1 is not hashed
+    c = load_run(tmp_path / "run")
+    assert c.config["dgp"]["sampler"] == c.process.sampler == c.process.conditional.sampler == 1
+    assert c.process.fingerprint() == fingerprint
+    earlier = dgp.Process({**c.process.config, "sampler": 1}, c.process.seed)
+    today = dgp.Process({**c.process.config, "sampler": 2}, c.process.seed)
+    draws = [p.sample(64, p.make_generator(3)).z_pos for p in (c.process, earlier, today)]
+    assert torch.equal(draws[0], draws[1]) and not torch.allclose(draws[0], draws[2])
+    assert today.fingerprint() != fingerprint
+    summary = Trainer.resume(tmp_path / "run", {"train.steps": 20}, progress=False).run()
+    assert summary["steps"] == 20 and summary["dgp_fingerprint"] == fingerprint
+    assert yaml.safe_load((tmp_path / "run" / rundir.CONFIG).read_text())["dgp"]["sampler"] == 1
+
+
+def test_new_runs_draw_with_the_latest_sampler(run):
+    assert rundir.read_config(run)["dgp"]["sampler"] == DEFAULTS["dgp"]["sampler"] == 2
+    assert dgp.load_process(rundir.load_torch(run / rundir.DGP)).sampler == 2

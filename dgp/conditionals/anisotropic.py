@@ -28,6 +28,7 @@ from dgp.base import Conditional, Marginal, Space
 from dgp.conditionals import CONDITIONALS
 from dgp.conditionals.steps import log_step_density, step_information
 from dgp.information import Information
+from dgp.blocks import first_accepted
 from dgp.spaces import Box, Euclidean, Sphere
 from dgp.truncation import normal, truncated_normal
 
@@ -42,6 +43,24 @@ MAX_ROUND_ELEMENTS = 1 << 24
 GIVE_UP_DRAWS = 10**6
 GIVE_UP_RATE = 1e-3
 """After ``GIVE_UP_DRAWS`` candidates, an acceptance rate below ``GIVE_UP_RATE`` is a configuration error."""
+SHELL_DRAWS = 1 << 15
+"""Candidates per axis direction of the estimate of the shell's acceptance rate (:func:`shell_acceptance`)."""
+SHELL_MARGIN = 0.5
+"""The block plan assumes this fraction of the estimated acceptance rate."""
+
+
+def shell_acceptance(lam: Tensor, shell: float) -> float:
+    """An estimate of the lowest acceptance rate P(|1 - ‖u + δ‖| < shell), δ ~ N(0, diag(1/Λ)), over the unit
+    anchors u: the smallest Monte-Carlo rate over the axis directions ±e_i (where the variance Σ u_i²/Λ_i of
+    uᵀδ takes its extremes), :data:`SHELL_DRAWS` candidates each from a fixed seed, less three standard
+    errors. It does not consume the process's random streams."""
+    n = lam.numel()
+    generator = torch.Generator().manual_seed(0)
+    delta = torch.randn(SHELL_DRAWS, n, generator=generator, dtype=torch.float64) * lam.to(torch.float64).rsqrt()
+    norms = (delta.unsqueeze(0) + torch.eye(n, dtype=torch.float64).unsqueeze(1)).norm(dim=-1)
+    rates = ((1.0 - norms).abs() < shell).double().mean(dim=1)
+    low = float(rates.min())
+    return max(0.0, low - 3.0 * math.sqrt(low * (1.0 - low) / SHELL_DRAWS))
 
 
 def lambda_profile(lambdas: Any, n: int) -> Tensor:
@@ -74,7 +93,9 @@ class Anisotropic(Conditional):
     Options: ``lambdas`` ("bimodal", "linear" or n positive numbers), ``shell``
     (None or a threshold t > 0, sphere only). Buffer: ``lam`` ``(n,)``.
     Attribute ``acceptance_rate``: the fraction of candidates inside the shell
-    during the last call to :meth:`sample` (1.0 without a shell, NaN before any call).
+    during the last call to :meth:`sample` (1.0 without a shell, NaN before any call; a 0-d tensor on the
+    device with sampler 2, which reads it without making a GPU wait). Attribute ``shell_acceptance``: the
+    estimate of the lowest rate over the anchors the block sampler is planned with (:func:`shell_acceptance`).
     """
 
     OPTION_DOCS = {
@@ -93,6 +114,11 @@ class Anisotropic(Conditional):
         self.shell = None if shell is None else checks.positive("shell", shell)
         if self.shell is not None and not isinstance(space, Sphere):
             checks.fail("shell", shell, "a rejection shell exists only on the sphere; use null")
+        self.shell_acceptance = None if self.shell is None else shell_acceptance(self.lam, self.shell)
+        if self.shell is not None and self.shell_acceptance < GIVE_UP_RATE:
+            checks.fail(f"{KEY}.shell", self.shell,
+                        f"accepts only about {self.shell_acceptance:.2g} of the candidates (at least {GIVE_UP_RATE:g} "
+                        "is needed); widen the shell or raise Λ")
         self.acceptance_rate = math.nan
 
     def lambda_true(self) -> Tensor:
@@ -131,7 +157,28 @@ class Anisotropic(Conditional):
         if self.shell is None:
             self.acceptance_rate = 1.0
             return normal(u, scale, generator)
-        return self._shell_displaced(u, scale, generator)
+        if self.sampler == 1:
+            return self._shell_displaced(u, scale, generator)
+        return self._shell_in_blocks(u, scale, generator)
+
+    def _shell_in_blocks(self, u: Tensor, scale: Tensor, generator: torch.Generator) -> Tensor:
+        """``w = u + δ`` with ``|1 - ‖w‖| < shell``, ``(batch, n)``: each row's first candidate inside the shell,
+        drawn in the fixed blocks of :func:`dgp.blocks.first_accepted` planned with
+        :attr:`shell_acceptance`; ``acceptance_rate`` becomes a device tensor."""
+        accepted, drawn = [], 0
+
+        def propose(rows: Tensor) -> tuple[Tensor, Tensor]:
+            nonlocal drawn
+            noise = torch.randn(rows.numel(), u.shape[1], generator=generator, device=u.device, dtype=u.dtype)
+            w = u.index_select(0, rows) + scale * noise
+            ok = (1.0 - w.norm(dim=-1)).abs() < self.shell
+            accepted.append(ok.sum())
+            drawn += rows.numel()
+            return w, ok
+
+        out = first_accepted(u.shape[0], SHELL_MARGIN * self.shell_acceptance, propose, u.device, self.shortfalls)
+        self.acceptance_rate = torch.stack(accepted).sum() / drawn
+        return out
 
     def _shell_displaced(self, u: Tensor, scale: Tensor, generator: torch.Generator) -> Tensor:
         """``w = u + δ`` with δ redrawn per row until ``|1 - ‖w‖| < shell``; ``(batch, n)``.

@@ -166,7 +166,8 @@ class GenNormConditional(_Isotropic):
         return truncation.gennorm(z, self.scale, self.p, generator)
 
     def _truncated(self, z: Tensor, low: float, high: float, generator: torch.Generator) -> Tensor:
-        return truncation.truncated_gennorm(z, self.scale, self.p, low, high, generator, check=False)
+        return truncation.truncated_gennorm(z, self.scale, self.p, low, high, generator, check=False,
+                                            sampler=self.sampler, shortfalls=self.shortfalls)
 
     def describe(self) -> str:
         return f"generalized normal around z with scale={self.scale:g}, p={self.p:g}{self._where()}"

@@ -7,12 +7,15 @@ p(z+ | z) draws the direction z+/r ~ vMF(z/‖z‖, κ): κ is the concentration
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
 
 import torch
+from scipy import integrate, special
 from torch import Tensor
 
 from dgp import checks
+from dgp.blocks import SAMPLER, Shortfalls, first_accepted
 from dgp.base import Conditional, Marginal
 from dgp.conditionals import CONDITIONALS
 from dgp.information import Information, is_marginal, vmf_information, vmf_log_normaliser
@@ -31,8 +34,7 @@ def _wood_cosines(kappa: Tensor, n: int, generator: torch.Generator) -> tuple[Te
     κ(W - x0) + (n-1)·log((1+b)(G1+G2) / (2(G2 + bG1))) >= log U. Rounds repeat for rejected rows only.
     """
     m = n - 1
-    b = m / (2.0 * kappa + torch.sqrt(4.0 * kappa * kappa + m * m))
-    one_minus_x0 = 2.0 * b / (1.0 + b)
+    b, one_minus_x0 = _wood_terms(kappa, n)
     batch = kappa.numel()
     out = torch.empty(3, batch, dtype=torch.float64, device=kappa.device)
     pending = torch.arange(batch, device=kappa.device)
@@ -55,11 +57,81 @@ def _wood_cosines(kappa: Tensor, n: int, generator: torch.Generator) -> tuple[Te
     raise RuntimeError(f"vMF sampling did not finish in {_MAX_ROUNDS} rounds")
 
 
-def sample_vmf(mu: Tensor, kappa: float | Tensor, generator: torch.Generator) -> Tensor:
+def _wood_terms(kappa: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """Wood's b = (n-1)/(2κ + sqrt(4κ² + (n-1)²)) and 1 - x0 = 2b/(1 + b), for ``kappa`` of any shape."""
+    m = n - 1
+    b = m / (2.0 * kappa + torch.sqrt(4.0 * kappa * kappa + m * m))
+    return b, 2.0 * b / (1.0 + b)
+
+
+def _wood_cosines_in_blocks(kappa: Tensor, n: int, generator: torch.Generator, acceptance: float,
+                            shortfalls: Shortfalls | None) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`_wood_cosines` drawn in the fixed blocks of :func:`dgp.blocks.first_accepted` (no host wait);
+    ``acceptance``: a lower bound on Wood's acceptance rate at every κ_i (:func:`wood_acceptance`)."""
+    m = n - 1
+    b, one_minus_x0 = _wood_terms(kappa, n)
+
+    def propose(rows: Tensor) -> tuple[Tensor, Tensor]:
+        k, bb, gap = kappa.index_select(0, rows), b.index_select(0, rows), one_minus_x0.index_select(0, rows)
+        conc = torch.full((2, rows.numel()), 0.5 * m, dtype=torch.float64, device=kappa.device)
+        g1, g2 = torch._standard_gamma(conc, generator=generator)
+        den = g2 + bb * g1
+        one_minus_w, one_plus_w = 2.0 * bb * g1 / den, 2.0 * g2 / den
+        log_u = torch.log(torch.rand(rows.numel(), generator=generator, device=kappa.device, dtype=torch.float64))
+        test = k * (gap - one_minus_w) + m * torch.log((1.0 + bb) * (g1 + g2) / (2.0 * den))
+        return torch.stack([(g2 - bb * g1) / den, one_minus_w, one_plus_w], dim=1), test >= log_u
+
+    out = first_accepted(kappa.numel(), acceptance, propose, kappa.device, shortfalls)
+    return out[:, 0], out[:, 1], out[:, 2]
+
+
+@lru_cache(maxsize=256)
+def wood_acceptance(kappa: float, n: int) -> float:
+    """The probability that one proposal of Wood's sampler for vMF(κ) on S^{n-1} is accepted, by quadrature.
+
+    With m = n - 1, Z ~ Beta(m/2, m/2) and W = (1 - (1+b)Z)/(1 - (1-b)Z), a proposal is accepted with
+    probability exp(κ(W - x0) + m·log((1+b)/(2(1 - (1-b)Z)))), so the rate is E_Z of that. With Z = sin²θ,
+    θ ∈ (0, π/2), the Beta density times dz is 2(sinθ cosθ)^{m-1}/B(m/2, m/2) dθ, smooth at both ends.
+    """
+    m = n - 1
+    b = m / (2.0 * kappa + math.sqrt(4.0 * kappa * kappa + m * m))
+    x0 = (1.0 - b) / (1.0 + b)
+    log_norm = math.log(2.0) - special.betaln(0.5 * m, 0.5 * m)
+
+    def integrand(theta: float) -> float:
+        s, c = math.sin(theta), math.cos(theta)
+        d = 1.0 - (1.0 - b) * s * s
+        w = (1.0 - (1.0 + b) * s * s) / d
+        log_ratio = kappa * (w - x0) + m * math.log((1.0 + b) / (2.0 * d))
+        return math.exp(log_ratio + (m - 1) * math.log(s * c) + log_norm)
+
+    peak = math.asin(math.sqrt(min(1.0, 1.0 / (1.0 + kappa))))  # where the ratio falls off at large κ
+    value, _ = integrate.quad(integrand, 0.0, 0.5 * math.pi, points=[peak], limit=500, epsabs=1e-10)
+    return min(1.0, value)
+
+
+ACCEPTANCE_MARGIN = 0.9
+"""The block plan assumes this fraction of the quadrature's acceptance (its error is below 1e-6)."""
+LIMIT_KAPPA = 1e7
+"""Wood's acceptance falls as κ grows, towards its limit (about 0.66 on the circle, 0.70 on S^9): evaluated at
+κ = LIMIT_KAPPA·n, it bounds the rate at every κ within 0.1%, which :data:`ACCEPTANCE_MARGIN` covers."""
+
+
+def _block_acceptance(kappa: float | Tensor, n: int) -> float:
+    """A lower bound on Wood's acceptance: at the given κ, or at every κ for per-row concentrations."""
+    at = float(kappa) if isinstance(kappa, (int, float)) else LIMIT_KAPPA * n
+    return ACCEPTANCE_MARGIN * wood_acceptance(at, n)
+
+
+def sample_vmf(mu: Tensor, kappa: float | Tensor, generator: torch.Generator, *, check: bool = True,
+               sampler: int = SAMPLER, shortfalls: Shortfalls | None = None) -> Tensor:
     """``(B, n)`` draws x_i ~ vMF(μ_i, κ_i) on the unit sphere S^{n-1} (Wood 1994), n >= 2.
 
     ``mu``: ``(B, n)`` mean directions (normalised here); ``kappa``: a float or a ``(B,)`` tensor, >= 0 (0 is the
-    uniform law). The draw is x' = (w, sqrt(1 - w²)·v) with w from :func:`_wood_cosines` and v uniform on
+    uniform law), checked unless ``check=False`` (a component that checked it when it was built draws without
+    making a GPU wait). ``sampler`` (:data:`dgp.blocks.SAMPLERS`): 2 draws the cosines in fixed blocks
+    (:func:`_wood_cosines_in_blocks`, rows left short added to ``shortfalls``), 1 in rounds with a host loop
+    (:func:`_wood_cosines`). The draw is x' = (w, sqrt(1 - w²)·v) with w the cosine and v uniform on
     S^{n-2}, rotated to μ by the Householder reflection H = I - 2uuᵀ/‖u‖², u = e_1 + sμ, s = sign(μ_1), which
     maps e_1 to -sμ (so x = -s·Hx'); ‖u‖² >= 2, so it is stable for every μ. Computed in float64 (v is drawn
     in the dtype of ``mu``), returned in the dtype of ``mu``.
@@ -73,11 +145,15 @@ def sample_vmf(mu: Tensor, kappa: float | Tensor, generator: torch.Generator) ->
         kap = kap.expand(batch)
     if kap.shape != (batch,):
         raise ValueError(f"kappa must be a float or a tensor of shape ({batch},), got shape {tuple(kap.shape)}")
-    if not bool((torch.isfinite(kap) & (kap >= 0)).all()):
+    if check and not bool((torch.isfinite(kap) & (kap >= 0)).all()):
         raise ValueError("kappa must be finite and >= 0")
+    if sampler == 1:
+        w, one_minus_w, one_plus_w = _wood_cosines(kap.contiguous(), n, generator)
+    else:
+        w, one_minus_w, one_plus_w = _wood_cosines_in_blocks(kap.contiguous(), n, generator,
+                                                             _block_acceptance(kappa, n), shortfalls)
     mu64 = mu.to(torch.float64)
     mu64 = mu64 / mu64.norm(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
-    w, one_minus_w, one_plus_w = _wood_cosines(kap.contiguous(), n, generator)
     v = torch.randn(batch, n - 1, generator=generator, device=dev, dtype=mu.dtype).to(torch.float64)
     v = v / v.norm(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
     x = torch.cat([w.unsqueeze(1), torch.sqrt(one_minus_w * one_plus_w).unsqueeze(1) * v], dim=1)
@@ -116,7 +192,8 @@ class VonMisesFisher(Conditional):
 
     def sample(self, z: Tensor, generator: torch.Generator) -> Tensor:
         """``(B, n)`` positives on the sphere of radius r around the anchors ``z`` ``(B, n)``."""
-        return self.space.radius * sample_vmf(z, self.kappa, generator)
+        return self.space.radius * sample_vmf(z, self.kappa, generator, check=False, sampler=self.sampler,
+                                              shortfalls=self.shortfalls)
 
     def log_density(self, z_pos: Tensor, z: Tensor) -> Tensor:
         """log p(z+ | z) = log C_n(κ) + κ cos∠(z, z+) - (n-1) log r, float64, for ``(..., n)`` inputs that

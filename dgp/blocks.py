@@ -52,7 +52,8 @@ Propose = Callable[[Tensor], tuple[Tensor, Tensor]]
 class Shortfalls:
     """A count, held on the device, of the rows that block samplers left without an accepted proposal.
 
-    Adding to it never makes the host wait; :meth:`total` reads it (and does make the host wait).
+    Adding to it never makes the host wait and adds in place, so that a step recorded as a CUDA graph adds
+    each time it is replayed; :meth:`total` reads it (and does make the host wait).
     """
 
     def __init__(self) -> None:
@@ -61,7 +62,9 @@ class Shortfalls:
     def add(self, short: Tensor) -> None:
         """Add the number of True entries of the boolean mask ``short``."""
         found = short.sum()
-        self._count = found if self._count is None else self._count.to(found.device) + found
+        if self._count is None or self._count.device != found.device:
+            self._count = found.new_zeros(()) if self._count is None else self._count.to(found.device)
+        self._count.add_(found)
 
     def total(self) -> int:
         """The rows left short so far (0 before any draw)."""

@@ -45,17 +45,22 @@ def _uniform(shape: torch.Size | tuple[int, ...], generator: torch.Generator, de
     return torch.rand(shape, generator=generator, device=device, dtype=torch.float64).clamp_(min=2.0**-80)
 
 
+def float64_on(value: Tensor | float, like: Tensor) -> Tensor:
+    """``value`` (a tensor or a Python number) as a float64 tensor on ``like``'s device. A number is filled in
+    there rather than copied from the host: a step recorded as a CUDA graph cannot hold a copy from the host."""
+    if isinstance(value, (int, float)):
+        return like.new_full((), value, dtype=torch.float64)
+    return torch.as_tensor(value, dtype=torch.float64, device=like.device)
+
+
 def _prepare(loc: Tensor, scale, low, high, check: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``loc``, ``scale``, ``low``, ``high`` as broadcast float64 tensors; with ``check``, a ValueError on bad
     values. Inspecting tensor values makes a GPU wait, so the components that draw every step check their
     parameters once, when they are built, and pass ``check=False``."""
     if not torch.is_tensor(loc):
         raise ValueError(f"loc must be a tensor, got {type(loc).__name__}")
-    dev = loc.device
     loc64 = loc.to(torch.float64)
-    scale64 = torch.as_tensor(scale, dtype=torch.float64, device=dev)
-    low64 = torch.as_tensor(low, dtype=torch.float64, device=dev)
-    high64 = torch.as_tensor(high, dtype=torch.float64, device=dev)
+    scale64, low64, high64 = (float64_on(value, loc64) for value in (scale, low, high))
     if check:
         if not bool(torch.isfinite(loc64).all()):
             raise ValueError("loc (or rate) must be finite")

@@ -183,10 +183,14 @@ def check_fit(config: Mapping[str, Any], encoder: nn.Module, loss: nn.Module) ->
 
 
 def check_views(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module) -> None:
-    """The rules of a process with views: MoCo's queue holds keys of one view's momentum encoder and is refused."""
+    """The rules of a process with views and of MoCo's queue: MoCo's queue holds keys of one view's momentum
+    encoder and is refused with views; neither step is recorded as a CUDA graph (``train.capture``)."""
     if process.view_count > 1 and getattr(loss, "queue", None):
         fail("loss.negatives", "queue", f"a process with {process.view_count} views (dgp.views) pairs every view with "
              "every other, and MoCo's queue keeps the keys of one: use negatives batch or independent")
+    if config["train"]["capture"] == "graph" and (process.view_count > 1 or getattr(loss, "queue", None)):
+        why = "MoCo's queue keeps its counters on the host" if process.view_count == 1 else "views take a pass each"
+        fail("train.capture", "graph", f"{why}, and its step is not recorded as a CUDA graph: use eager")
 
 
 def check(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -259,7 +263,7 @@ def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Solv
             groups.append({"params": group["params"], "lr": group.get("lr") or config["optim"]["loss_lr"], "name": f"loss{i}"})
     optimizer = torch.optim.Adam(groups, weight_decay=config["optim"]["weight_decay"])
     batches = process.make_generator(stream_seed(config["seed"], "train.batches"))
-    return solver_class(process, loss)(config, device, process, encoder, loss, optimizer, batches)
+    return solver_class(config, process, loss)(config, device, process, encoder, loss, optimizer, batches)
 
 
 def _saved_as(config: Mapping[str, Any], key: str, value: Any) -> bool:

@@ -148,6 +148,10 @@ SCHEMA: dict[str, Leaf | Section] = {
                           "process may use (its affinity, cgroup quota, SLURM_CPUS_PER_TASK)", minimum=1),
     "train.figures": Leaf(True, "bool", "draw the run's figures once it has finished (PNG in its folder, and to W&B); "
                           "`icl plot RUN_DIR` draws them later"),
+    "train.capture": Leaf("eager", "str", "graph: on a GPU, record a step's device work (draw, encode, loss, "
+                          "backward, clip, Adam) once as a CUDA graph and replay it every step (a plain step or a "
+                          "batched pack; not MoCo's queue); eager: launch every operation each step (the CPU always "
+                          "does)", choices=("eager", "graph")),
     "train.loss_memory": Leaf(LOSS_MEMORY_MIB, "int", "MiB the loss's (rows × candidates) buffers may take at once: "
                               "the whole matrix where it fits, blocks of rows above it (on a CPU blocks stay "
                               "cache-sized)", minimum=1),

@@ -470,6 +470,9 @@ class Trainer:
                 self._progress.bar.close()
                 self.stop(c.steps_done - self._count + 1)
             record: dict[str, Any] = {"step": c.steps_done, "loss": self._running.item() / self._count}
+            short = c.process.shortfalls()
+            if short:  # rows the block samplers drew from their proposal law instead (dgp.blocks); never expected
+                record["sampler_shortfalls"] = short
             self._running.zero_()
             self._count = 0
             metrics = evaluation(c, final=c.steps_done == t["steps"]) if eval_now else None

@@ -95,3 +95,26 @@ def test_cuda_events_agree_with_the_synchronised_wall_clock():
     torch.cuda.synchronize()
     wall = time.perf_counter() - start
     assert 0.5 < events / wall < 2
+
+
+def test_a_captured_step_replays_the_eager_steps_without_a_synchronisation():
+    from identifiable_cl.components import build
+    from identifiable_cl.solvers.packed import StackedPack
+
+    extra = {"device": "cuda", "dgp.dtype": "float64"}
+    eager, captured = build(tiny_config(**extra)), build(tiny_config(**extra, **{"train.capture": "graph"}))
+    for _ in range(5):  # the eager warm-up, the recorded step and its first replay
+        torch.testing.assert_close(captured.step(), eager.step(), rtol=1e-9, atol=0)
+    assert captured.graph.graph is not None
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        steps = [captured.step() for _ in range(3)]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for got in steps:
+        torch.testing.assert_close(got, eager.step(), rtol=1e-9, atol=0)
+    configs = [tiny_config(**extra, **{"train.capture": "graph", "seed": seed}) for seed in (0, 1, 2)]
+    alone, pack = [build(c) for c in configs], StackedPack([build(c) for c in configs])
+    for _ in range(6):
+        torch.testing.assert_close(torch.stack(pack.step()), torch.stack([c.step() for c in alone]), rtol=1e-9, atol=0)
+    assert pack.graph.graph is not None

@@ -1,10 +1,11 @@
-"""A steady-state training step makes no host synchronisation (what would make a GPU wait), counted on the CPU
-with the eager loss kernels a GPU runs (:mod:`identifiable_cl.benchmarks.syncs`)."""
+"""A steady-state training step makes no host synchronisation (what would make a GPU wait) and uploads nothing from
+the host (what a step recorded as a CUDA graph cannot hold), counted on the CPU with the eager loss kernels a GPU
+runs (:mod:`identifiable_cl.benchmarks.syncs`)."""
 
 import pytest
 import torch
 
-from identifiable_cl.benchmarks.syncs import host_syncs
+from identifiable_cl.benchmarks.syncs import host_syncs, host_uploads
 from identifiable_cl.components import build
 from tests.tiny import tiny_config
 
@@ -40,11 +41,22 @@ def eager(monkeypatch):
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
-def test_a_steady_state_step_makes_no_host_synchronisation(setting, eager):
+def test_a_steady_state_step_makes_no_host_synchronisation_and_no_upload(setting, eager):
     c = build(tiny_config(**{"train.batch_size": 64, **SETTINGS[setting]}))
     for _ in range(3):  # past the first steps (lazy state, the queue filling)
         c.step()
     assert host_syncs(c.step) == {}
+    assert host_uploads(c.step) == {}
+
+
+def test_the_upload_counter_sees_tensors_made_from_host_data_not_numbers_passed_along():
+    from dgp.truncation import float64_on
+
+    x = torch.ones(3)
+    assert host_uploads(lambda: torch.tensor([2.0])) == {}  # this test is not the package's code
+    assert host_uploads(lambda: float64_on(2.0, x)) == {}  # filled on the device
+    uploaded = host_uploads(lambda: float64_on([1.0, 2.0, 3.0], x))
+    assert list(uploaded) and all(k.startswith("truncation.py:") and "lift_fresh" in k for k in uploaded)
 
 
 def test_the_counter_sees_scalar_reads_and_data_dependent_shapes_of_our_own_code_only():

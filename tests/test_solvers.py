@@ -87,11 +87,13 @@ def assert_same_state(got, want):
         assert got == want
 
 
-@pytest.mark.parametrize("loss", list(LEARNT))
-def test_runs_stacked_along_a_run_axis_follow_their_own_trajectories(loss):
+@pytest.mark.parametrize("loss, capture", [(loss, "eager") for loss in LEARNT] + [("learnt τ", "graph")])
+def test_runs_stacked_along_a_run_axis_follow_their_own_trajectories(loss, capture):
     from identifiable_cl.solvers.packed import StackedPack
 
     configs = stacked_configs(loss)
+    for config in configs:
+        config["train"]["capture"] = capture  # recorded on CUDA only: the same steps here
     alone, packed = [build(c) for c in configs], [build(c) for c in configs]
     for c in alone:
         c.step()  # one step before the pack: the Adam state it starts from is each run's own
@@ -117,6 +119,31 @@ def test_a_stacked_pack_step_makes_no_host_synchronisation(monkeypatch):
 
     monkeypatch.setenv("ICL_KERNELS", "eager")
     pack = StackedPack([build(c) for c in stacked_configs("learnt τ")])
+    assert not pack.graph.recording  # train.capture: eager
     for _ in range(2):
         pack.step()
     assert host_syncs(pack.step) == {}
+
+
+def test_a_captured_solver_on_a_cpu_takes_the_eager_steps():
+    from identifiable_cl.solvers import CapturedSolver
+
+    captured, eager = build(tiny_config(**{"train.capture": "graph"})), build(tiny_config())
+    assert type(captured) is CapturedSolver and not captured.graph.recording
+    for _ in range(5):
+        assert torch.equal(captured.step(), eager.step())
+    assert captured.steps_done == 5
+    for mine, theirs in zip(captured.encoder.parameters(), eager.encoder.parameters()):
+        assert torch.equal(mine, theirs)
+
+
+@pytest.mark.parametrize("overrides, why", [
+    ({"loss.negatives": "queue", "loss.queue.size": 64}, "MoCo's queue keeps its counters on the host"),
+    (None, "views take a pass each")])
+def test_steps_with_host_state_are_not_captured(overrides, why):
+    from identifiable_cl.components import check
+
+    config = views_config() if overrides is None else tiny_config(**overrides)
+    config["train"]["capture"] = "graph"
+    with pytest.raises(ValueError, match=f"train.capture=.graph.*{why}"):
+        check(config)

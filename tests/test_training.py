@@ -247,3 +247,15 @@ def test_only_negatives_drawn_from_the_marginal_give_a_bound(tmp_path, tiny, bet
     if bounded:  # K = an anchor's separate negatives + its positive
         negatives = trainer.c.process.sample(4, trainer.c.process.make_generator(0)).z_neg.shape[-2]
         assert summary["log_k"] == pytest.approx(math.log(negatives + 1))
+
+
+def test_rows_a_block_sampler_left_short_are_logged(tmp_path, monkeypatch, tiny):
+    import dgp
+
+    monkeypatch.setattr(dgp.Process, "shortfalls", lambda self: 2)
+    Trainer.create(load_config(None, tiny), tmp_path / "run", progress=False).run()
+    assert [r["sampler_shortfalls"] for r in rundir.read_metrics(tmp_path / "run")] == [2, 2]
+
+
+def test_a_run_without_shortfalls_logs_none(run):
+    assert not any("sampler_shortfalls" in r for r in rundir.read_metrics(run))

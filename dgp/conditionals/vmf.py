@@ -19,6 +19,7 @@ from dgp.blocks import SAMPLER, Shortfalls, first_accepted
 from dgp.base import Conditional, Marginal
 from dgp.conditionals import CONDITIONALS
 from dgp.information import Information, is_marginal, vmf_information, vmf_log_normaliser
+from dgp.truncation import float64_on
 from dgp.spaces import Sphere
 
 _MAX_ROUNDS = 10_000
@@ -140,7 +141,7 @@ def sample_vmf(mu: Tensor, kappa: float | Tensor, generator: torch.Generator, *,
         raise ValueError(f"mu must have shape (B, n) with n >= 2, got {tuple(mu.shape)}")
     batch, n = mu.shape
     dev = mu.device
-    kap = torch.as_tensor(kappa, dtype=torch.float64, device=dev)
+    kap = float64_on(kappa, mu)
     if kap.dim() == 0:
         kap = kap.expand(batch)
     if kap.shape != (batch,):

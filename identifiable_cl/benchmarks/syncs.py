@@ -33,13 +33,18 @@ def _synchronises(func: Any) -> bool:
     return func is SCALAR_READ or torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags
 
 
+def _uploads(func: Any) -> bool:
+    return func is torch.ops.aten.lift_fresh.default
+
+
 class _Counting(TorchDispatchMode):
-    def __init__(self) -> None:
+    def __init__(self, counted: Callable[[Any], bool]) -> None:
         super().__init__()
+        self.counted = counted
         self.where: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
-        if _synchronises(func):
+        if self.counted(func):
             stack = traceback.extract_stack()[:-1]
             own = [i for i, f in enumerate(stack) if f.filename.startswith(OWN) and f.filename != __file__]
             if own and not any(f.filename.startswith(HARMLESS) for f in stack[own[0]:]):
@@ -51,6 +56,16 @@ class _Counting(TorchDispatchMode):
 def host_syncs(fn: Callable[[], Any]) -> Counter[str]:
     """Run ``fn`` once; the host synchronisations the package's own code issued in it, by the innermost line of
     that code (``file:line function (operation)``) with their count."""
-    with _Counting() as mode:
+    with _Counting(_synchronises) as mode:
+        fn()
+    return mode.where
+
+
+def host_uploads(fn: Callable[[], Any]) -> Counter[str]:
+    """Run ``fn`` once; the tensors the package's own code made from host data in it (``torch.tensor`` or
+    ``torch.as_tensor`` of Python numbers, ``aten.lift_fresh``), by line as :func:`host_syncs` counts. On a GPU
+    each is a copy from the host, which a step recorded as a CUDA graph cannot hold (a Python number passed to an
+    operation as a scalar is none: it travels with the kernel)."""
+    with _Counting(_uploads) as mode:
         fn()
     return mode.where

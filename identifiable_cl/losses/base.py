@@ -94,7 +94,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dgp import checks
-from identifiable_cl.losses.blocked import Pairing, Plan, blocked_loss
+from identifiable_cl.losses.blocked import Pairing, Plan, blocked_loss, scale_tensor
 from identifiable_cl.losses.elementwise import Phi, blocked_sum, nearest
 from identifiable_cl.losses.queue import QUEUE, QueueOptions
 
@@ -275,8 +275,7 @@ def contrastive_loss(
     if negatives == "independent" and _check_negatives(h, h_neg, key) == "per_anchor":
         logits = pairwise_similarity(h.unsqueeze(1), h_neg, kind).squeeze(1) * scale
         lse = torch.stack([torch.logsumexp(c * logits, 1) for c in multipliers], 1)
-        scale_t = torch.as_tensor(scale, dtype=pos.dtype, device=pos.device)
-        return row_loss(pos, lse, scale_t, n_neg=h_neg.shape[1]).mean()
+        return row_loss(pos, lse, scale_tensor(scale, pos), n_neg=h_neg.shape[1]).mean()
     tensors, pairings, groups, n_neg, count = negative_plan(negatives, h, h_pos, h_neg, key)
     if negatives == "symmetric":
         pos = torch.cat([pos, pos])

@@ -312,7 +312,7 @@ class _BlockedLoss(torch.autograd.Function):
         grad_pos = torch.zeros_like(pos) if want_grad else None
         grad_scale = torch.zeros((), dtype=dtype, device=device)
         total = torch.zeros((), dtype=dtype, device=device)
-        mults = torch.tensor(plan.multipliers, dtype=dtype, device=device)
+        mults = torch.stack([pos.new_full((), m) for m in plan.multipliers])  # filled on the device, not uploaded
         workspaces = _workspaces(len(plan.pairings))
         done = 0
         while done < rows:
@@ -381,5 +381,10 @@ def blocked_loss(plan: Plan, tensors: Sequence[Tensor], pos: Tensor, scale: Tens
     """
     if plan.kind not in KIND:
         raise ValueError(f"unknown similarity {plan.kind!r} for the blocked core; allowed: {', '.join(KIND)}")
-    scale_t = torch.as_tensor(scale, dtype=pos.dtype, device=pos.device)
-    return _BlockedLoss.apply(plan, scale_t, pos, *tensors)
+    return _BlockedLoss.apply(plan, scale_tensor(scale, pos), pos, *tensors)
+
+
+def scale_tensor(scale: Tensor | float, like: Tensor) -> Tensor:
+    """The scale s as a 0-dim tensor of ``like``'s dtype and device (gradients flow through a tensor); a float is
+    filled in on the device rather than copied from the host, which a step recorded as a CUDA graph cannot hold."""
+    return scale.to(like.dtype) if isinstance(scale, Tensor) else like.new_full((), scale)

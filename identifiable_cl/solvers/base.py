@@ -4,7 +4,8 @@
 ``(N, D) -> (N, d)``, the loss on ``d``, the optimizer, the number of steps taken and ``extra`` (what the
 trainer keeps beside them in a checkpoint). ``step()`` is
 
-    batch()  →  objective(batch) = (L, keys)  →  ∇L  →  update(keys): clip, optimizer step, after_step(keys)
+    work():   batch()  →  objective(batch) = (L, keys)  →  ∇L  →  optimize(): clip, optimizer step
+    advance(keys): after_step(keys), one more step counted
 
 and a variant of the step (MoCo's queue, views) overrides one hook in a file of its own
 (:mod:`identifiable_cl.solvers`). A steady-state step reads nothing back from the device: its loss is
@@ -74,12 +75,19 @@ class Solver:
 
     def step(self) -> Tensor:
         """One step on a fresh batch; the loss, on the device (no host synchronisation)."""
+        loss, keys = self.work()
+        self.advance(keys)
+        return loss
+
+    def work(self) -> tuple[Tensor, Tensor]:
+        """A step's device work: the batch, the loss, its gradient and the optimizer's step; the loss (detached)
+        and the keys :meth:`advance` passes on."""
         with self.loss_memory():
             loss, keys = self.objective(self.batch())
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        self.update(keys)
-        return loss.detach()
+        self.optimize()
+        return loss.detach(), keys
 
     def batch(self) -> dgp.Batch:
         """The next training batch (``train.batch_size`` anchors), drawn on one CPU thread: a batch is tens of
@@ -103,13 +111,12 @@ class Solver:
         h, h_pos, h_neg = self.encodings(batch)
         return self.loss(h, h_pos, h_neg), h_pos
 
-    def update(self, keys: Tensor) -> None:
-        """After the gradient: clip its norm to ``optim.grad_clip`` (when set), the optimizer's step, :meth:`advance`."""
+    def optimize(self) -> None:
+        """The gradient's norm clipped to ``optim.grad_clip`` (when set), then the optimizer's step."""
         clip = self.config["optim"]["grad_clip"]
         if clip is not None:
             nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], clip)
         self.optimizer.step()
-        self.advance(keys)
 
     def advance(self, keys: Tensor) -> None:
         """After the optimizer's step: :meth:`after_step`, one more step counted."""

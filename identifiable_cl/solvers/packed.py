@@ -31,6 +31,7 @@ from torch.func import functional_call, vmap
 
 from identifiable_cl.linear import blas_only
 from identifiable_cl.solvers.base import Solver, observations, split_encodings
+from identifiable_cl.solvers.captured import GraphStep
 from identifiable_cl.solvers.stacked_adam import Slot, StackedAdam
 
 
@@ -44,6 +45,7 @@ def pack_key(config: Mapping[str, Any]) -> tuple:
         config["dgp"]["dtype"],
         config["train"]["batch_size"],
         config["train"]["precision"],
+        config["train"]["capture"],
         negatives["name"] != "none",
         negatives.get("num"),
     )
@@ -60,7 +62,7 @@ def check_packable(cs: Sequence[Solver]) -> None:
         if pack_key(c.config) != pack_key(first.config) or _shapes(c.encoder) != _shapes(first.encoder):
             raise ValueError(
                 "runs cannot be packed together: they must agree in the encoder, device, dgp.dim, "
-                "dgp.dtype, train.batch_size, train.precision and the number of DGP negatives "
+                "dgp.dtype, train.batch_size, train.precision, train.capture and the number of DGP negatives "
                 f"(seed {first.config['seed']} and seed {c.config['seed']} differ)"
             )
 
@@ -114,6 +116,8 @@ class StackedPack:
         slots += [self._stack(name, [p for c in cs for n, p in c.loss.named_parameters() if n == name], self.loss)
                   for name, _ in first.loss.named_parameters()]
         self.optimizer = StackedAdam(slots, self.steps, group["betas"], group["eps"])
+        captured = first.config["train"]["capture"] == "graph"
+        self.graph = GraphStep(self.work, [c.batches for c in cs], device, enabled=captured)
         clips = [c.config["optim"]["grad_clip"] for c in cs]
         self.clip = None if all(c is None for c in clips) else torch.tensor(
             [math.inf if c is None else c for c in clips], dtype=torch.float64, device=device)
@@ -137,10 +141,18 @@ class StackedPack:
         return Slot(stack, torch.tensor(lr, **options), torch.tensor(decay, **options), moments[0], moments[1])
 
     def step(self) -> list[Tensor]:
-        """One training step of every run: each draws its batch from its own process and stream, as alone; one
-        encoder pass over the stacked weights (``torch.func.vmap``); each run's loss on its encodings with its
-        row of the stacked loss parameters; the summed losses' gradient (each run's own), clipped per run to its
-        ``optim.grad_clip``; one Adam step. The runs' losses, on the device."""
+        """One training step of every run (:meth:`work`, recorded and replayed as one CUDA graph under
+        ``train.capture: graph``, :mod:`identifiable_cl.solvers.captured`); the runs' losses, on the device."""
+        losses, *keys = self.graph()
+        for c, h_pos in zip(self.solvers, keys):
+            c.advance(h_pos)
+        return list(losses)
+
+    def work(self) -> list[Tensor]:
+        """The device work of one step of every run: each draws its batch from its own process and stream, as
+        alone; one encoder pass over the stacked weights (``torch.func.vmap``); each run's loss on its encodings
+        with its row of the stacked loss parameters; the summed losses' gradient (each run's own), clipped per run
+        to its ``optim.grad_clip``; one Adam step. The losses (K,) and each run's keys (its h_pos)."""
         cs = self.solvers
         batches = [c.batch() for c in cs]
         x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])
@@ -159,9 +171,7 @@ class StackedPack:
         if self.clip is not None:
             self._clip()
         self.optimizer.step()
-        for c, (_, h_pos, _) in zip(cs, encoded):
-            c.advance(h_pos)
-        return [loss.detach() for loss in losses]
+        return [torch.stack(losses).detach(), *(h_pos for _, h_pos, _ in encoded)]
 
     @torch.no_grad()
     def _clip(self) -> None:

@@ -72,12 +72,13 @@ def test_bench_sections_run_on_cuda(monkeypatch):
     rows = bench.bench_loss(batches=(64,), reps=1, memory=True, device=device, print_fn=lines.append)
     assert all(r["eager"] > 0 and r["blocks"] > 0 and r["peak_mib"] > 0 for r in rows) and "on cuda" in lines[0]
     rows = bench.bench_training(batches=(64,), steps=1, device=device, print_fn=lines.append)
-    assert all(r["steps_per_s"] > 0 and r["host_syncs"] is not None for r in rows)
+    assert all(r["steps_per_s"] > 0 and r["host_syncs"] is not None and r["captured_ms"] > 0 for r in rows)
+    assert [r["captured_syncs"] for r in rows] == [0] * len(rows)
     out = bench.bench_precision(batch=64, steps=1, device=device, print_fn=lines.append)
     assert out["fp32"] > 0 and out["bf16"] > 0 and "fp32_onednn" not in out
     monkeypatch.setattr(bench, "PACKING_CASES", [("tiny", None, {"encoder.widths": [8], "train.batch_size": 16})])
     rows = bench.bench_packing(sizes=(1, 4), steps=1, device=device, print_fn=lines.append)
-    assert [r["k"] for r in rows] == [1, 4]
+    assert [r["k"] for r in rows] == [1, 4] and all(r["captured"] > 0 for r in rows)
     assert lines[-1] == "packs on this device take one batched step unless told (identifiable_cl.solvers.packed)"
 
 

@@ -40,10 +40,22 @@ def test_the_experiment_copy_changes_only_the_steps_and_cadences(tmp_path):
         want = original.config(run.label, "paper")
         got = copy.config(run.label, "paper")
         assert got["train"].pop("steps") == 50000 and want["train"].pop("steps") == 100000
+        assert got["train"].pop("capture") == "graph" and want["train"].pop("capture") == "eager"
         assert got == want, run.label
     short = load_experiment(dc.experiment_copy(dc.paper_plan(), 500, tmp_path / "y")).config("aninfonce_bimodal", "paper")
     assert short["train"]["eval_every"] == short["train"]["checkpoint_every"] == 500
     assert short["eval"]["in_sample_n"] == 4096  # the official logs' in-sample scores exist at paper scale
+
+
+def test_a_file_over_the_limit_keeps_its_end(tmp_path):
+    path = tmp_path / "log"
+    path.write_bytes(b"".join(b"%06d\n" % i for i in range(2000)))  # 14,000 bytes
+    dc.keep_end(path, limit=7000)
+    text = path.read_text()
+    assert len(text.encode()) <= 7000 and text.endswith("001999\n")
+    assert text.splitlines()[0].startswith("[the first ") and "bytes were left out]" in text.splitlines()[0]
+    dc.keep_end(path, limit=7000)
+    assert path.read_text() == text  # within the limit: unchanged
 
 
 def test_comparison_against_the_logs():

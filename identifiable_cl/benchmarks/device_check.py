@@ -1,6 +1,6 @@
 """The prepared GPU check: CUDA tests, ``icl bench`` on the device, and R24's table at paper scale in one go.
 
-    python -m identifiable_cl.benchmarks.device_check OUT [--budget SECONDS] [--device cuda] [--tiny]
+    python -m identifiable_cl.benchmarks.device_check OUT [--budget SECONDS] [--device cuda] [--capture graph] [--tiny]
 
 Runs on a machine with torch (CUDA build), scipy, scikit-learn, matplotlib and pytest, with or without
 wandb (W&B is switched off: ``WANDB_MODE=disabled``), from the repository root of a source checkout
@@ -9,9 +9,14 @@ or ``PYTHONPATH=.``). Every step has a share of the budget and is stopped when i
 whole check ends within ``--budget`` seconds (default 540), in this order:
 
 1. ``pytest -m cuda`` (the CUDA variants of the suite) → ``OUT/tests.txt``;
-2. ``icl bench --device DEVICE --only loss training precision packing`` → ``OUT/bench.txt``;
+2. ``icl bench --device DEVICE --only loss training precision packing`` → ``OUT/bench.txt``: the loss as the
+   whole matrix against 64 MiB blocks; each training step against its encoder's floor at batch 1000 and 6144,
+   with its host synchronisations (torch's sync debug mode and the package's own count) and the same step
+   recorded as a CUDA graph; bf16 against fp32; packs of K = 1, 4, 12, 32 stacked along a run axis, and
+   captured, against the same runs in turn;
 3. R24 (experiment ``rusak2024``) at paper scale, 4 runs × 3 seeds, the three seeds of a run packed
-   in one process and the four processes side by side on the device. The number of steps is measured,
+   in one process (stacked along a run axis, each step recorded as a CUDA graph unless ``--capture eager``)
+   and the four processes side by side on the device. The number of steps is measured,
    then chosen: two pilot reproductions of 100 and 500 steps give the fixed cost ``a`` and the cost
    per step ``b`` of the whole reproduction (wall ≈ a + b·N); the full run takes 100,000 steps if
    a + b·N fits 90 % of the budget left, else 50,000, else the most that fit (a multiple of 1,000); a pilot
@@ -21,7 +26,8 @@ whole check ends within ``--budget`` seconds (default 540), in this order:
    the official training logs at the nearest logged step count at or below the one taken, with the
    tolerance ±0.02, and every step's wall time; ``OUT/device_check.json``: the same as data.
 
-The runs themselves are written to ``--work`` (default: a new temporary folder), outside ``OUT``.
+The runs themselves are written to ``--work`` (default: a new temporary folder), outside ``OUT``; no file
+in ``OUT`` exceeds :data:`MAX_FILE_BYTES` (a longer log keeps its end).
 ``--tiny`` checks the plumbing on any machine in well under a minute: the experiment's ``tiny``
 settings (a small encoder, batch 64, small evaluations), pilots of 2 and 4 steps, 12 or 8 steps for
 the full run, one seed of the bimodal AnInfoNCE run; ``--tests`` and ``--bench`` narrow steps 1 and 2.
@@ -53,6 +59,8 @@ OFFICIAL_LOGS: dict[str, dict[int, tuple[float, float]]] = {
 TOLERANCE = 0.02
 EXPERIMENT = "rusak2024"
 BENCH_SECTIONS = ("loss", "training", "precision", "packing")
+MAX_FILE_BYTES = 16 << 20
+"""The most bytes a file of ``OUT`` holds."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +76,8 @@ class Plan:
     granularity: int = 1000
 
 
-def paper_plan() -> Plan:
-    return Plan("paper", (100, 500), (100000, 50000), seeds=3, runs=None)
+def paper_plan(capture: str = "graph") -> Plan:
+    return Plan("paper", (100, 500), (100000, 50000), seeds=3, runs=None, patch={"train.capture": capture})
 
 
 def tiny_plan() -> Plan:
@@ -242,9 +250,19 @@ def device_name(device: str) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
+def keep_end(path: Path, limit: int = MAX_FILE_BYTES) -> None:
+    """Cut the file at ``path`` to its last ``limit`` bytes, saying so on its first line, when it is longer."""
+    size = path.stat().st_size
+    if size > limit:
+        with open(path, "rb") as f:
+            f.seek(size - limit + 200)
+            end = f.read()
+        path.write_bytes(f"[the first {size - len(end)} bytes were left out]\n".encode() + end)
+
+
 def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool = False,
               tests: Sequence[str] = ("tests",), bench: Sequence[str] = BENCH_SECTIONS, work: Path | None = None,
-              command: str = "") -> dict[str, Any]:
+              command: str = "", capture: str = "graph") -> dict[str, Any]:
     """Run the check (see the module docstring) into ``out``; returns what ``device_check.json`` holds."""
     deadline = time.monotonic() + budget
     record: list[Step] = []
@@ -259,7 +277,7 @@ def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="device-check-")) if work is None else work
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
-    plan = tiny_plan() if tiny else paper_plan()
+    plan = tiny_plan() if tiny else paper_plan(capture)
 
     step = begin("CUDA tests (pytest -m cuda)")
     log = out / "tests.txt"
@@ -310,6 +328,8 @@ def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool
             "pilots": dict(zip(map(str, plan.pilots), walls)), "fixed_s": a, "step_s": b,
             "record": [asdict(s) for s in record], "comparison": rows, "work": str(work)}
     (out / "device_check.json").write_text(json.dumps(data, indent=2))
+    for path in out.iterdir():
+        keep_end(path)
     return data
 
 
@@ -319,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out", help="folder for the check's files")
     parser.add_argument("--budget", type=float, default=540.0, help="seconds for the whole check (default: 540)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="where to bench (default: cuda)")
+    parser.add_argument("--capture", default="graph", choices=("graph", "eager"),
+                        help="train.capture of R24's paper-scale runs (default: graph)")
     parser.add_argument("--tiny", action="store_true", help="check the plumbing in seconds (any machine)")
     parser.add_argument("--tests", nargs="+", default=["tests"], help="test paths for pytest -m cuda (default: tests)")
     parser.add_argument("--bench", nargs="+", default=list(BENCH_SECTIONS), help="bench sections")
@@ -328,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--budget={args.budget}: must be a positive number of seconds")
     command = " ".join(["python -m identifiable_cl.benchmarks.device_check", *(argv if argv is not None else sys.argv[1:])])
     data = run_check(Path(args.out), args.budget, args.device, args.tiny, args.tests, args.bench,
-                     Path(args.work) if args.work else None, command)
+                     Path(args.work) if args.work else None, command, args.capture)
     print((Path(args.out) / "results.md").read_text())
     return 0 if all(s["finished"] for s in data["record"]) else 1
 

@@ -198,15 +198,22 @@ def bench_sampling(batch: int = 6144, reps: int = 20, device: torch.device | Non
     return rows
 
 
-def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, device: torch.device | None = None,
+def bench_training(batches: Iterable[int] = (1000, 6144), steps: int = 10, device: torch.device | None = None,
                    print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Each training case's step against the encoder's own forward+backward+Adam on the same rows (its floor),
+    with the host synchronisations of one steady-state step: on CUDA those torch's sync debug mode reports and
+    those the package's own code issues (:func:`identifiable_cl.benchmarks.syncs.host_syncs`), and the same step
+    recorded as a CUDA graph (``train.capture: graph``) beside it."""
+    from identifiable_cl.benchmarks.syncs import host_syncs as issued
     from identifiable_cl.components import build, load_config
+    from identifiable_cl.solvers.captured import WARMUP
 
     device = device or bench_device()
+    cuda = device.type == "cuda"
     print_fn(f"\ntraining steps at n = 10 on {device} (median of {steps} steps, {_matmul(device)}); encoder = its own "
-             "forward+backward+Adam step on the same rows")
+             "forward+backward+Adam step on the same rows" + ("; captured = train.capture: graph" if cuda else ""))
     print_fn(f"{'setting':<30}{'batch':>7}{'steps/s':>9}{'step ms':>9}{'encoder ms':>12}{'overhead':>10}{'step/encoder':>14}"
-             + f"{'host syncs':>12}")
+             + f"{'host syncs':>12}" + (f"{'own code':>10}{'captured ms':>13}{'captured/encoder':>18}" if cuda else ""))
     rows = []
     for label, preset, overrides, own_batches in TRAINING_CASES:
         for batch in own_batches or batches:
@@ -214,13 +221,23 @@ def bench_training(batches: Iterable[int] = (1024, 6144), steps: int = 10, devic
                                           "device": str(device)})
             c = build(config)
             pure = encoder_own_step(c)
-            full, core = interleaved([c.step, pure], steps, device=device)
+            fns = [c.step, pure]
+            if cuda:
+                captured = build({**config, "train": {**config["train"], "capture": "graph"}})
+                fns.append(captured.step)
+            full, core, *graph = interleaved(fns, steps, warmup=WARMUP + 2 if cuda else 2, device=device)
             share = max(0.0, 1 - core / full)
             syncs = host_syncs(c.step, device)
-            rows.append({"case": label, "batch": batch, "steps_per_s": 1 / full, "step_ms": full * 1e3,
-                         "encoder_ms": core * 1e3, "overhead": share, "ratio": full / core, "host_syncs": syncs})
-            print_fn(f"{label:<30}{batch:>7}{1 / full:>9.2f}{full * 1e3:>9.1f}{core * 1e3:>12.1f}{100 * share:>9.1f}%"
-                     f"{full / core:>13.2f}x{syncs:>12}")
+            row = {"case": label, "batch": batch, "steps_per_s": 1 / full, "step_ms": full * 1e3,
+                   "encoder_ms": core * 1e3, "overhead": share, "ratio": full / core, "host_syncs": syncs}
+            line = (f"{label:<30}{batch:>7}{1 / full:>9.2f}{full * 1e3:>9.1f}{core * 1e3:>12.1f}{100 * share:>9.1f}%"
+                    f"{full / core:>13.2f}x{syncs:>12}")
+            if cuda:
+                row.update(own_code_syncs=sum(issued(c.step).values()), captured_ms=graph[0] * 1e3,
+                           captured_ratio=graph[0] / core, captured_syncs=host_syncs(captured.step, device))
+                line += f"{row['own_code_syncs']:>10}{graph[0] * 1e3:>13.2f}{graph[0] / core:>17.2f}x"
+            rows.append(row)
+            print_fn(line)
     return rows
 
 
@@ -416,25 +433,37 @@ PACK_SIZES = {"cpu": (1, 2, 4, 8), "cuda": (1, 4, 12, 32)}
 
 def bench_packing(sizes: Iterable[int] | None = None, steps: int = 5, device: torch.device | None = None,
                   print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Aggregate run-steps/s of K runs stepped one after the other against the same runs stacked along a run axis
+    (:class:`~identifiable_cl.solvers.packed.StackedPack`) and, on CUDA, that pack's step recorded as a CUDA graph
+    (``train.capture: graph``)."""
     from identifiable_cl.components import build, load_config
+    from identifiable_cl.solvers.captured import WARMUP
     from identifiable_cl.solvers.packed import StackedPack, batched_by_default
 
     device = device or bench_device()
+    cuda = device.type == "cuda"
     sizes = PACK_SIZES[device.type] if sizes is None else sizes
     print_fn(f"\npacked runs on {device} (median of {steps} steps): aggregate run-steps/s, one batched step of the pack vs "
-             "the runs' steps one after the other")
-    print_fn(f"{'setting':<32}{'K':>3}{'sequential':>12}{'batched':>10}{'ratio':>8}")
+             "the runs' steps one after the other" + ("; captured = the pack's step as a CUDA graph" if cuda else ""))
+    print_fn(f"{'setting':<32}{'K':>3}{'sequential':>12}{'batched':>10}{'ratio':>8}"
+             + (f"{'captured':>10}{'ratio':>8}" if cuda else ""))
     rows = []
     for label, preset, overrides in PACKING_CASES:
         for k in sizes:
             configs = [load_config(preset, {**overrides, "seed": seed, "dgp.mixing.cond_draws": 2500,
                                             "device": str(device)}) for seed in range(k)]
             cs, pack = [build(c) for c in configs], StackedPack([build(c) for c in configs])
-            sequential, packed = interleaved([lambda: [c.step() for c in cs], pack.step], steps, warmup=1,
-                                             device=device)
+            fns = [lambda: [c.step() for c in cs], pack.step]
+            if cuda:
+                fns.append(StackedPack([build({**c, "train": {**c["train"], "capture": "graph"}}) for c in configs]).step)
+            sequential, packed, *graph = interleaved(fns, steps, warmup=WARMUP + 2 if cuda else 1, device=device)
             row = {"case": label, "k": k, "sequential": k / sequential, "packed": k / packed, "ratio": sequential / packed}
+            line = f"{label:<32}{k:>3}{row['sequential']:>12.2f}{row['packed']:>10.2f}{row['ratio']:>7.2f}x"
+            if cuda:
+                row.update(captured=k / graph[0], captured_ratio=sequential / graph[0])
+                line += f"{row['captured']:>10.2f}{row['captured_ratio']:>7.2f}x"
             rows.append(row)
-            print_fn(f"{label:<32}{k:>3}{row['sequential']:>12.2f}{row['packed']:>10.2f}{row['ratio']:>7.2f}x")
+            print_fn(line)
     mode = "one batched step" if batched_by_default(cs) else "each run's own step in turn"
     print_fn(f"packs on this device take {mode} unless told (identifiable_cl.solvers.packed)")
     return rows
@@ -578,7 +607,7 @@ def run_bench(quick: bool = False, sections: Iterable[str] | None = None, device
         out["pair_losses"] = bench_pair_losses(batches=(1024,) if quick else (1024, 6144), reps=2 if quick else 3,
                                                device=on, print_fn=print_fn)
     if "training" in sections:
-        out["training"] = bench_training(batches=(1024,) if quick else (1024, 6144), steps=3 if quick else 10,
+        out["training"] = bench_training(batches=(1000,) if quick else (1000, 6144), steps=3 if quick else 10,
                                          device=on, print_fn=print_fn)
     if "precision" in sections:
         out["precision"] = bench_precision(steps=2 if quick else 10, device=on, print_fn=print_fn)

@@ -45,10 +45,9 @@ from identifiable_cl.losses import LOSSES
 from identifiable_cl.solvers import Solver, solver_class
 from identifiable_cl.solvers.base import observations, split_encodings
 from identifiable_cl.solvers.views import pair_loss, view_encodings
+from identifiable_cl.spec import CHANGEABLE, REFUSED, RunSpec
 from identifiable_cl.migration import migrate, schema_version
 
-RESUMABLE = ("train", "eval", "device", "wandb")
-"""Top-level config keys a resumed run may change."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -193,9 +192,10 @@ def check_views(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module
         fail("train.capture", "graph", f"{why}, and its step is not recorded as a CUDA graph: use eager")
 
 
-def check(config: Mapping[str, Any]) -> dict[str, Any]:
+def check(config: Mapping[str, Any]) -> RunSpec:
     """Everything :func:`build` and the first training step would reject, as a ValueError naming the key; the
-    config as it runs (:func:`with_cross_defaults`, and ``encoder.normalize: auto`` resolved).
+    config as it runs (:func:`with_cross_defaults`, and ``encoder.normalize: auto`` resolved) as a
+    :class:`~identifiable_cl.spec.RunSpec`.
 
     Builds a checking process (:func:`dgp.check_process`), the encoder and the loss on the
     CPU, applies :func:`check_fit`, then evaluates the loss once on ``min(batch_size, 3)``
@@ -222,11 +222,11 @@ def check(config: Mapping[str, Any]) -> dict[str, Any]:
         if batch_size == 1:
             fail("train.batch_size", 1, f"the loss needs at least 2 anchors per batch ({exc})")
         raise
-    return config
+    return RunSpec(config)
 
 
-def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> dict[str, Any]:
-    """The resolved, fully checked config: defaults ← YAML file (or preset) ← overrides.
+def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> RunSpec:
+    """The spec of a new run: defaults ← YAML file (or preset) ← overrides, fully checked once.
 
     Checked by :func:`identifiable_cl.config.validate` and :func:`check`, so a config this
     returns builds and trains.
@@ -244,9 +244,11 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mappi
 
 
 def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Solver:
-    """Check ``config`` (:func:`check`), then build process (unless given), encoder, loss and optimizer, and the
-    run's solver (:func:`identifiable_cl.solvers.solver_class`) over them."""
-    config = check(config)
+    """Check ``config`` (:func:`check`; a :class:`~identifiable_cl.spec.RunSpec` that still holds what was checked
+    is not checked again), then build process (unless given), encoder, loss and optimizer, and the run's solver
+    (:func:`identifiable_cl.solvers.solver_class`) over them."""
+    if not (isinstance(config, RunSpec) and config.unchanged()):
+        config = check(config)
     device = resolve_device(config["device"])
     if config["train"]["threads"] is not None:
         use_threads(config["train"]["threads"])
@@ -277,13 +279,30 @@ def _saved_as(config: Mapping[str, Any], key: str, value: Any) -> bool:
     return canonical(node) == canonical(value)
 
 
-def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_checkpoint: bool = True) -> Solver:
-    """The solver of a saved run at its last checkpoint, from its own files; nothing is written.
+def refuse_overrides(mode: str, overrides: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> None:
+    """A ValueError for the overrides a saved run opened in ``mode`` may not take (:data:`identifiable_cl.spec.
+    CHANGEABLE`); to resume, an override that repeats the saved ``config``'s value (as a sweep repeating a run's
+    own parameters passes) is no change."""
+    refused = [key for key in overrides if key.split(".")[0] not in CHANGEABLE[mode]
+               and not (mode == "resume" and _saved_as(config or {}, key, overrides[key]))]
+    if refused and mode == "resume":
+        fail(refused[0], overrides[refused[0]], REFUSED[mode])
+    if refused:
+        raise ValueError(f"{', '.join(f'{k}={overrides[k]!r}' for k in refused)}: {REFUSED[mode]}")
+
+
+def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_checkpoint: bool = True,
+             mode: str = "resume") -> Solver:
+    """The solver of a saved run at its last checkpoint, from its own files, opened to ``resume`` or to
+    ``evaluate`` (what ``overrides`` may change: :func:`refuse_overrides`); nothing is written.
 
     The process is ``dgp.pt``'s (its saved parameters, never re-drawn), and must agree with
-    ``config.yaml``. ``overrides`` may change only the keys under :data:`RESUMABLE`. Every
-    problem (a missing, foreign, truncated or edited file) is a ValueError naming the file.
+    ``config.yaml``. The config with the overrides is checked once (an invalid saved config is named as the
+    file). To resume, ``train.steps`` may not fall below the step reached. Every problem (a missing, foreign,
+    truncated or edited file) is a ValueError naming the file.
     """
+    if mode == "evaluate":
+        refuse_overrides(mode, overrides or {})
     if not isinstance(run_dir, (str, Path)):
         raise ValueError(f"run_dir of type {type(run_dir).__name__} is invalid: give a run directory's path")
     run_dir = Path(run_dir)
@@ -299,21 +318,21 @@ def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_
     except ValueError as exc:
         raise ValueError(f"{run_dir / rundir.META}: {exc}") from exc
     config = merge_layer(DEFAULTS, config, str(run_dir / rundir.CONFIG))
-    for key in overrides or {}:
-        if key.split(".")[0] not in RESUMABLE and not _saved_as(config, key, overrides[key]):
-            fail(key, overrides[key], "cannot be changed on resume; only train.*, eval.*, device and wandb.* can")
+    if mode == "resume":
+        refuse_overrides(mode, overrides or {}, config)
     try:
-        check(config)
-    except ValueError as exc:
-        raise ValueError(f"{run_dir / rundir.CONFIG}: {exc}") from exc
-    if overrides:
-        config = merge_layer(config, overrides, "the command line")
-        check(config)
+        spec = check(merge_layer(config, overrides, "the command line") if overrides else config)
+    except ValueError:
+        try:
+            check(config)  # on the error path only: is it the saved file's?
+        except ValueError as exc:
+            raise ValueError(f"{run_dir / rundir.CONFIG}: {exc}") from exc
+        raise
     try:
         process = dgp.load_process(saved)
     except ValueError as exc:
         raise ValueError(f"{run_dir / rundir.DGP}: {exc}") from exc
-    section, seed = dgp.process.own_seed(config["dgp"], config["seed"])
+    section, seed = dgp.process.own_seed(spec["dgp"], spec["seed"])
     ours = canonical({"dgp": dgp.process.resolve_config(section), "seed": seed})
     theirs = canonical({"dgp": process.config, "seed": process.seed})
     if ours != theirs:
@@ -322,11 +341,15 @@ def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_
             f"{run_dir / rundir.CONFIG} and {run_dir / rundir.DGP} describe different processes "
             f"(dgp keys {', '.join(differing)} differ); restore the run's own config.yaml"
         )
-    c = build(config, process=process)
+    c = build(spec, process=process)
     if checkpoint.is_file():
         state = rundir.load_torch(checkpoint)
         try:
             c.load_state_dict(state)
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:
             raise ValueError(f"{checkpoint}: does not fit the run's config or is damaged ({exc})") from exc
+    steps = spec["train"]["steps"]
+    if mode == "resume" and steps < c.steps_done:
+        raise ValueError(f"train.steps={steps} is invalid: the run has reached step {c.steps_done}, and a resumed "
+                         f"run only goes on (give train.steps >= {c.steps_done})")
     return c

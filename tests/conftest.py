@@ -22,9 +22,10 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 @pytest.fixture
 def evaluation_calls(monkeypatch):
-    """``record(*keys)``: from then on, every call of ``training.evaluate`` and ``training.identity_baseline``
-    appends ``(function name, kwargs[key] for each key)`` to the returned list, and still runs."""
-    from identifiable_cl import training
+    """``record(*keys)``: from then on, every call of ``evaluate`` and ``identity_baseline`` in a run's evaluation
+    protocol (:mod:`identifiable_cl.protocol`) appends ``(function name, kwargs[key] for each key)`` to the
+    returned list, and still runs."""
+    from identifiable_cl import protocol as training
 
     def record(*keys):
         seen = []

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from identifiable_cl.training import format_seconds, progress_line
+from identifiable_cl.progress import format_seconds, progress_line
 from tests.tiny import tiny_args
 
 ARGS = tiny_args(**{"train.steps": 30, "train.eval_every": 20})
@@ -63,7 +63,7 @@ def test_quiet_prints_no_progress_and_verbose_wandb_its_own_lines(tmp_path):
 
 
 def test_a_terminal_that_reports_no_width_gets_lines(monkeypatch):
-    from identifiable_cl import training
+    from identifiable_cl import progress as training
 
     class Terminal:
         def isatty(self):

@@ -129,15 +129,14 @@ def test_periodic_and_final_evaluations_use_their_own_centres(tmp_path, evaluati
 
 
 def test_runs_of_one_process_and_evaluation_measure_the_identity_baseline_once(tmp_path, tiny, monkeypatch):
-    from identifiable_cl import training
+    from identifiable_cl import protocol
 
     calls = []
-    measure = training.measure_identity
-    monkeypatch.setattr(training, "measure_identity", lambda c: calls.append(c.config["seed"]) or measure(c))
+    measure = protocol.measure_identity
+    monkeypatch.setattr(protocol, "measure_identity", lambda c: calls.append(c.config["seed"]) or measure(c))
     monkeypatch.setenv(rundir.IDENTITY_CACHE, str(tmp_path / "shared"))
 
-    def train(name, **overrides):
-        monkeypatch.setattr(training, "_IDENTITIES", {})  # as if each run were its own process
+    def train(name, **overrides):  # each run its own pack, as if it were its own process
         summary = Trainer.create(load_config(None, {**tiny, **overrides}), tmp_path / name, progress=False).run()
         return {k: v for k, v in summary.items() if k.startswith("identity_")}
 

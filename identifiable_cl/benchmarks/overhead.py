@@ -34,7 +34,7 @@ def _timed(parts: dict[str, float], part: str, fn: Callable[..., Any]) -> Callab
 
 def main(argv: list[str]) -> int:
     started = time.perf_counter()
-    from identifiable_cl import training
+    from identifiable_cl import protocol, training
     from identifiable_cl.cli import main as icl
 
     parts: dict[str, float] = defaultdict(float)
@@ -46,21 +46,18 @@ def main(argv: list[str]) -> int:
         tracker.finish = _timed(parts, "wandb", tracker.finish)
         return tracker
 
-    wrapped = {name: _timed(parts, part, getattr(training, name)) for name, part in (
-        ("build", "build"), ("shared_identity", "identity"), ("evaluate", "evaluation"),
-        ("draw_figures_if_possible", "figures"))}
-    wrapped["open_tracker"] = open_tracker
-    originals = {name: getattr(training, name) for name in wrapped}
-    step = training.PackStepper.step
+    timed = {(owner, name): _timed(parts, part, getattr(owner, name)) for owner, name, part in (
+        (training, "build", "build"), (training, "shared_identity", "identity"), (protocol, "evaluate", "evaluation"),
+        (training, "draw_figures_if_possible", "figures"), (training.PackStepper, "step", "steps"))}
+    timed[training, "open_tracker"] = open_tracker
+    originals = {(owner, name): getattr(owner, name) for owner, name in timed}
     try:
-        for name, fn in wrapped.items():
-            setattr(training, name, fn)
-        training.PackStepper.step = _timed(parts, "steps", step)
+        for (owner, name), fn in timed.items():
+            setattr(owner, name, fn)
         code = icl(["train", "--quiet", "--run-dir", *argv])
     finally:
-        for name, fn in originals.items():
-            setattr(training, name, fn)
-        training.PackStepper.step = step
+        for (owner, name), fn in originals.items():
+            setattr(owner, name, fn)
     total = time.perf_counter() - started
     parts["rest"] = total - sum(parts[p] for p in PARTS if p != "rest")
     print(json.dumps({**{p: round(parts[p], 4) for p in PARTS}, "total": round(total, 4), "exit_code": code}))

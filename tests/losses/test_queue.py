@@ -16,7 +16,8 @@ from identifiable_cl.losses.base import REDUCTIONS
 from identifiable_cl.losses.infonce import InfoNCE
 from identifiable_cl.losses.queue import KeyQueue, QueueOptions
 from identifiable_cl.solvers.packed import StackedPack
-from identifiable_cl.training import Trainer, information_metrics, run_packed
+from identifiable_cl.protocol import information_metrics
+from identifiable_cl.training import Trainer, run_packed
 from tests.tiny import tiny_config
 
 QUEUED = {"loss.negatives": "queue", "loss.queue.size": 48, "loss.queue.momentum": 0.9, "train.batch_size": 16}

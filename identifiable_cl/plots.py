@@ -315,6 +315,15 @@ def mi_figure(records: Sequence[Mapping[str, Any]], title: str = ""):
     return fig
 
 
+def draw_figures_if_possible(run_dir: Path) -> dict[str, Path]:
+    """The run's figures as PNG files (:func:`draw_figures`), or none when matplotlib (the ``plots`` extra) is
+    missing."""
+    try:
+        return draw_figures(run_dir)
+    except ModuleNotFoundError:
+        return {}
+
+
 def draw_figures(run_dir: str | Path) -> dict[str, Path]:
     """Draw every figure the run's files allow; returns ``{name: path of the PNG}``.
 

@@ -29,6 +29,7 @@ from dgp.seeding import stream_seed
 from identifiable_cl import __version__, linear, rundir
 from identifiable_cl.components import build, load_run
 from identifiable_cl.evaluation import linear_readout
+from identifiable_cl.plots import draw_figures_if_possible
 from identifiable_cl.progress import Progress
 from identifiable_cl.protocol import Measured, check_before_writing, evaluation, reported, shared_identity
 from identifiable_cl.solvers import Solver
@@ -55,16 +56,6 @@ send before a job's time limit."""
 LOOPING = threading.Event()
 """Set while the run loop takes its steps: a stop signal then waits for the next step boundary (:data:`STOP`);
 before it (start-up, checks, building the process, the identity baseline) a stop signal ends the run at once."""
-
-
-def draw_figures_if_possible(run_dir: Path) -> dict[str, Path]:
-    """The run's figures as PNG files, or none when matplotlib (the ``plots`` extra) is missing."""
-    from identifiable_cl.plots import draw_figures
-
-    try:
-        return draw_figures(run_dir)
-    except ModuleNotFoundError:
-        return {}
 
 
 @contextlib.contextmanager
@@ -218,7 +209,7 @@ class Trainer:
         self._finite = torch.tensor(pending["finite"], device=c.device)
         self._count = pending["count"]
 
-    def after_step(self, loss: Tensor) -> None:
+    def account(self, loss: Tensor) -> None:
         """Account for one step's loss: log, evaluate and checkpoint at their cadence."""
         c, t = self.c, self.c.config["train"]
         self._running += loss
@@ -231,7 +222,7 @@ class Trainer:
         if log_now or eval_now or ckpt_now:
             if not bool(self._finite):
                 self._progress.bar.close()
-                self.stop(c.steps_done - self._count + 1)
+                self.diverged(c.steps_done - self._count + 1)
             record: dict[str, Any] = {"step": c.steps_done, "loss": self._running.item() / self._count}
             short = c.process.shortfalls()
             if short:  # rows the block samplers drew from their proposal law instead (dgp.blocks); never expected
@@ -247,7 +238,7 @@ class Trainer:
                 self.save_checkpoint()
         self._progress.bar.update(1)
 
-    def stop(self, first: int) -> None:
+    def diverged(self, first: int) -> None:
         """The loss diverged between step ``first`` and now: record it in ``stopped.json``, raise NonFiniteLoss."""
         c, limit = self.c, self.c.config["train"]["loss_limit"]
         what = "NaN or inf" if limit is None else f"NaN, inf or larger in magnitude than train.loss_limit={limit:g}"
@@ -316,7 +307,7 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
             losses = stepper.step([trainers[i].c for i in running]) if running else []
             for i, loss in zip(running, losses):
                 try:
-                    trainers[i].after_step(loss)
+                    trainers[i].account(loss)
                 except NonFiniteLoss as exc:
                     trainers[i].close(None)
                     results[i] = exc

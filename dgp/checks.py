@@ -97,6 +97,21 @@ def float32_positive(key: str, value: Any) -> float:
     return v
 
 
+TRAINABLE = 1e6
+"""The largest magnitude of a loss's scale or shift (τ and 1/τ, a margin, an offset, a tilt) that float32 training can
+use: the loss's values grow with it, and a run stops once |loss| exceeds ``train.loss_limit`` (10⁶ by default)."""
+
+
+def trainable(key: str, value: float, what: str, smallest: float | None = None) -> float:
+    """``value`` (already checked as a number) within [``smallest``, :data:`TRAINABLE`] in magnitude (``smallest``
+    None: 0), else a ValueError naming the range and ``what`` grows with it."""
+    low = 0.0 if smallest is None else smallest
+    if not low <= abs(value) <= TRAINABLE:
+        fail(key, value, f"must lie in [{low:g}, {TRAINABLE:g}]{' in magnitude' if smallest is None else ''} for "
+                         f"float32 training: {what}")
+    return value
+
+
 def non_negative(key: str, value: Any) -> float:
     v = number(key, value)
     if v < 0:

@@ -16,12 +16,13 @@ positive through the mixing of its view: ``batch.views`` holds every view's obse
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -99,6 +100,20 @@ def own_seed(config: Mapping[str, Any] | None, seed: int) -> tuple[Mapping[str, 
         config = {k: v for k, v in config.items() if k != "seed"}
         seed = seed if own is None else own
     return config, seed
+
+
+@contextlib.contextmanager
+def _memory_for(n: int, key: str) -> Iterator[None]:
+    """A draw of ``n`` rows that runs out of memory ends as a ValueError naming ``key`` and ``n``, not as the
+    allocator's error."""
+    try:
+        yield
+    except (MemoryError, torch.OutOfMemoryError, RuntimeError) as exc:
+        if not isinstance(exc, (MemoryError, torch.OutOfMemoryError)) and "can't allocate memory" not in str(exc):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{key}={n} is invalid: drawing that many rows needs more memory than this machine has "
+                         f"({first}); draw fewer") from None
 
 
 class Process(nn.Module):
@@ -180,7 +195,8 @@ class Process(nn.Module):
     def sample_latents(self, n: int, generator: torch.Generator) -> Tensor:
         """``(n, dim)`` draws from the marginal p(z)."""
         n = self._check_draw(n, generator, "n")
-        return self.marginal.sample(n, generator)
+        with _memory_for(n, "n"):
+            return self.marginal.sample(n, generator)
 
     def mix(self, z: Tensor) -> Tensor:
         """Observations x = g(z) for latents of shape ``(..., dim)``; with views, view 1's (:meth:`mix_view`)."""
@@ -205,8 +221,10 @@ class Process(nn.Module):
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
         """A fresh batch: anchors, positives, negatives, and all of them mixed in one pass."""
         batch_size = self._check_draw(batch_size, generator, "batch_size")
-        if self.view_count > 1:
-            return self._sample_views(batch_size, generator)
+        with _memory_for(batch_size, "batch_size"):
+            return self._sample_views(batch_size, generator) if self.view_count > 1 else self._sample(batch_size, generator)
+
+    def _sample(self, batch_size: int, generator: torch.Generator) -> Batch:
         z = self.marginal.sample(batch_size, generator)
         z_pos = self.conditional.sample(z, generator)
         z_neg = self.negatives.sample(z, self.marginal, generator)

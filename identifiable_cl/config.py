@@ -39,10 +39,15 @@ MATMUL_BACKENDS = ("auto", "blas", "onednn")
 """How the encoder's float32 CPU products run (``train.matmul``; :mod:`identifiable_cl.linear`)."""
 
 
+MAX_TAG = 64
+"""The longest W&B tag: W&B refuses a run's tags past it, and with them the run's logging."""
+
+
 @dataclass(frozen=True)
 class Leaf:
-    """One config value: its default, type (``int``, ``float``, ``bool``, ``str``, ``list``; a trailing
-    ``?`` allows null), one-line description and allowed values.
+    """One config value: its default, type (``int``, ``float``, ``bool``, ``str``, ``list``, ``tags``: a list of W&B
+    tags, each a string of 1 to :data:`MAX_TAG` characters as W&B accepts them; a trailing ``?`` allows null),
+    one-line description and allowed values.
 
     ``minimum`` is inclusive and ``above`` exclusive; floats must be finite; ``choices`` lists the
     allowed strings; ``pattern`` is a regular expression the whole string must match, described
@@ -69,9 +74,13 @@ class Leaf:
             "bool": isinstance(value, bool),
             "str": isinstance(value, str),
             "list": isinstance(value, list),
+            "tags": isinstance(value, list),
         }[kind]
         if not ok:
-            fail(key, value, f"expected {'null or ' if self.kind.endswith('?') else ''}{kind}")
+            fail(key, value, f"expected {'null or ' if self.kind.endswith('?') else ''}{kind.replace('tags', 'list')}")
+        for i, tag in enumerate(value if kind == "tags" else ()):
+            if not isinstance(tag, str) or not 1 <= len(tag) <= MAX_TAG:
+                fail(key, value, f"entry {i} ({tag!r}) is not a W&B tag: a string of 1 to {MAX_TAG} characters")
         if kind == "float" and not math.isfinite(value):
             fail(key, value, "must be a finite number")
         if self.minimum is not None and value < self.minimum:
@@ -178,7 +187,7 @@ SCHEMA: dict[str, Leaf | Section] = {
     "wandb.project": Leaf("identifiable-cl", "str?", "W&B project"),
     "wandb.group": Leaf(None, "str?", "W&B group"),
     "wandb.name": Leaf(None, "str?", "W&B run name"),
-    "wandb.tags": Leaf([], "list", "W&B tags"),
+    "wandb.tags": Leaf([], "tags", "W&B tags"),
     "wandb.mode": Leaf(None, "str?", "online, offline, disabled, shared, or null (from WANDB_MODE)",
                        choices=(None, "online", "offline", "disabled", "shared")),
     "wandb.entity": Leaf(None, "str?", "W&B entity (user or team), or null (from WANDB_ENTITY or the login)"),
@@ -257,6 +266,8 @@ def parse_value(text: str) -> Any:
     """
     try:
         value = load_yaml(text)
+    except TooManyDigits as exc:
+        raise ValueError(f"{exc.problem}") from None
     except yaml.YAMLError:
         return text
     if value == "None":  # how a sweep agent renders Python's None
@@ -287,7 +298,10 @@ def parse_overrides(args: Iterable[str]) -> dict[str, Any]:
                 f"cannot read the argument {arg!r}: overrides are written --dotted.key=value "
                 "(or key=value, +key=value, ++key=value)"
             )
-        out[match.group(1)] = parse_value(match.group(2))
+        try:
+            out[match.group(1)] = parse_value(match.group(2))
+        except ValueError as exc:
+            raise ValueError(f"--{match.group(1)}=... is invalid: {exc}") from None
     return out
 
 
@@ -417,6 +431,10 @@ def resolve_config_path(path: str | Path) -> Path:
         return Path(path)
     if str(path) in preset_names():
         return PRESETS / f"{path}.yaml"
+    if Path(path).exists():
+        kind = "a folder" if Path(path).is_dir() else "not a regular file"
+        raise ValueError(f"config file {str(path)!r} is {kind}: give a YAML file or a packaged preset "
+                         f"({', '.join(preset_names())})")
     raise ValueError(
         f"config file {str(path)!r} does not exist and is not a packaged preset "
         f"(presets: {', '.join(preset_names())})"
@@ -425,14 +443,17 @@ def resolve_config_path(path: str | Path) -> Path:
 
 MAX_YAML_DEPTH = 64
 MAX_YAML_NODES = 200_000
+MAX_INT_DIGITS = 100
 """Bounds of every YAML text read, far beyond any real config, sweep or experiment file: its nesting depth,
-and its number of nodes with every alias expanded (a "billion laughs" file is refused, not expanded)."""
+its number of nodes with every alias expanded (a "billion laughs" file is refused, not expanded) and the digits
+of one integer."""
 
 
 class BoundedLoader(yaml.SafeLoader):
     """YAML's safe loader that refuses a key that is not a string or appears twice in one mapping, nesting
-    deeper than :data:`MAX_YAML_DEPTH`, more than :data:`MAX_YAML_NODES` nodes with aliases expanded and a value
-    that contains itself through an alias; its errors are ``yaml.YAMLError`` s with the line and column."""
+    deeper than :data:`MAX_YAML_DEPTH`, more than :data:`MAX_YAML_NODES` nodes with aliases expanded, a value
+    that contains itself through an alias and an integer of more than :data:`MAX_INT_DIGITS` digits; its errors
+    are ``yaml.YAMLError`` s with the line and column."""
 
     def __init__(self, stream: str):
         super().__init__(stream)
@@ -462,6 +483,12 @@ class BoundedLoader(yaml.SafeLoader):
                                               "are expanded", mark)
         return node
 
+    def construct_yaml_int(self, node: Any) -> int:
+        digits = sum(ch.isdigit() for ch in node.value)
+        if digits > MAX_INT_DIGITS:
+            raise TooManyDigits(None, None, f"an integer of {digits} digits (at most {MAX_INT_DIGITS})", node.start_mark)
+        return super().construct_yaml_int(node)
+
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
@@ -474,6 +501,13 @@ class BoundedLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
+
+
+class TooManyDigits(yaml.constructor.ConstructorError):
+    """An integer longer than :data:`MAX_INT_DIGITS` digits in a YAML text."""
+
+
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:

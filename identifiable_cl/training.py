@@ -105,6 +105,8 @@ class Trainer:
         c = build(config) if components is None else components
         check_before_writing(c)
         run_dir = Path(run_dir)
+        if run_dir.exists() and not run_dir.is_dir():
+            raise ValueError(f"run directory {str(run_dir)!r} is a file: give a new or empty folder")
         if run_dir.exists() and any(run_dir.iterdir()):
             raise ValueError(f"run directory {str(run_dir)!r} exists and is not empty; use --resume to continue it")
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -246,9 +248,11 @@ class Trainer:
         rundir.write_json(self.run_dir / rundir.STOPPED, {
             "reason": reason, "first_step": first, "last_step": c.steps_done, "checkpoint_step": self.checkpoint_step,
         })
+        options = ", ".join(f"loss.{k}={v!r}" for k, v in c.config["loss"].items()
+                            if isinstance(v, (int, float)) and not isinstance(v, bool))
         raise NonFiniteLoss(
             f"{reason}; stopped. The last good checkpoint (step {self.checkpoint_step}) in {self.run_dir} is kept "
-            "(try a lower optim.lr or optim.grad_clip)."
+            f"(try a lower optim.lr or optim.grad_clip{f', or other loss options than {options}' if options else ''})."
         )
 
     def end(self) -> dict[str, Any]:

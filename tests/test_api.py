@@ -91,3 +91,28 @@ def test_arguments_of_the_wrong_type_are_a_value_error_naming_the_argument(call,
     with pytest.raises(ValueError, match=message):
         call()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_api_calls_that_would_reach_the_allocator_or_the_file_system_raise_one_clear_error(tmp_path, monkeypatch):
+    import torch
+
+    import identifiable_cl as icl
+
+    process = icl.build_process({"space": "sphere", "conditional": {"name": "vmf", "kappa": 5.0}}, seed=3)
+
+    def exhausted(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried "
+                           "to allocate 400000000000 bytes.")
+
+    monkeypatch.setattr(process.marginal, "sample", exhausted)
+    with pytest.raises(ValueError, match=r"^batch_size=1000000000 is invalid: drawing that many rows needs more "
+                                         r"memory than this machine has \(\[enforce fail"):
+        process.sample(10**9, process.make_generator(0))
+    monkeypatch.undo()
+    (tmp_path / "afile").write_text("mine\n")
+    with pytest.raises(ValueError, match="run directory '.*afile' is a file: give a new or empty folder"):
+        icl.train({"train.steps": 1}, run_dir=tmp_path / "afile")
+    assert (tmp_path / "afile").read_text() == "mine\n"
+    with pytest.raises(ValueError, match="is not a run directory"):
+        icl.load_run(tmp_path / "afile")
+    assert torch.is_tensor(process.sample(4, process.make_generator(0)).z)

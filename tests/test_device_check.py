@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from identifiable_cl.benchmarks import device_check as dc
 from identifiable_cl.benchmarks import sections as bench
@@ -118,3 +119,17 @@ def test_a_pilot_stopped_at_its_share_starts_no_paper_scale_run(tmp_path, monkey
     text = (out / "results.md").read_text()
     assert "did not finish within its share" in text and "reproduce.md" not in text
     assert not (out / "reproduce.md").exists()
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["out.txt", "--device", "cpu"], "OUT 'out.txt' is a file: give a folder"),
+    (["out", "--device", "cpu", "--work", "out.txt"], "--work 'out.txt' is a file: give a folder"),
+    (["out", "--device", "cpu", "--budget", "0"], "--budget=0.0: must be a positive number of seconds"),
+] + ([] if torch.cuda.is_available() else [(["out"], "--device cuda: CUDA is not available on this machine")]))
+def test_a_check_that_cannot_start_says_why_in_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, problem):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out.txt").write_text("mine\n")
+    assert dc.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("device_check: error: ") and problem in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"] and (tmp_path / "out.txt").read_text() == "mine\n"

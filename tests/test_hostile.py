@@ -101,6 +101,25 @@ CASES = {
         ["sweep", "submit", "s.yaml", "--cluster", "local", "--partition", "gpu"],
         {"s.yaml": GRID + "  seed: {values: [0]}\n"}, 2,
         "--partition: Slurm settings, which --cluster local would ignore; give them with --cluster slurm"),
+    "a temperature float32 training cannot use": (
+        ["config", "--loss.tau=1e-30"], {}, 2,
+        "loss.tau=1e-30 is invalid: must lie in [1e-06, 1e+06] for float32 training: the logits are similarities"),
+    "a margin of 1e300": (
+        ["config", "--loss.name=margin", "--loss.margin=1e300"], {}, 2,
+        "loss.margin=1e+300 is invalid: must lie in [0, 1e+06] in magnitude for float32 training"),
+    "an NCE offset of 1e30": (
+        ["config", "--loss.name=nce", "--loss.offset=1e30"], {}, 2,
+        "loss.offset=1e+30 is invalid: must lie in [0, 1e+06] in magnitude for float32 training"),
+    "a 5,000-digit seed": (
+        ["train", "--seed=" + "9" * 5000], {}, 2, "--seed=... is invalid: an integer of 5000 digits (at most 100)"),
+    "a 5,000-digit seed in a config": (
+        ["train", "c.yaml"], {"c.yaml": "seed: " + "9" * 5000 + "\n"}, 2,
+        "config file 'c.yaml' is not valid YAML: line 1, column 7: an integer of 5000 digits (at most 100)"),
+    "W&B tags of nested lists": (
+        ["train", "--wandb.tags=[[a]]", "--run-dir", "fresh"], {}, 2,
+        "wandb.tags=[['a']] is invalid: entry 0 (['a']) is not a W&B tag: a string of 1 to 64 characters"),
+    "a W&B tag longer than W&B takes": (
+        ["config", "--wandb.tags=[ok," + "x" * 65 + "]"], {}, 2, "entry 1 ('xxxxx"),
     "a negative time limit": (
         ["sweep", "submit", "s.yaml", "--cluster", "debug", "--timeout-min", "-1"],
         {"s.yaml": GRID + "  seed: {values: [0]}\n"}, 2, "--timeout-min -1: must be a whole number >= 1"),
@@ -248,6 +267,14 @@ def test_a_lock_path_that_is_not_a_plain_file_is_refused_and_never_written_throu
     what = {"link": "a symbolic link", "fifo": "a FIFO", "folder": "a folder"}[kind]
     assert exit_code == 2 and f"'.run.lock' is {what}, not a file of its own" in said, said
     assert target.read_text() == "a user's file\n" and snapshot(run) == before
+
+
+def test_a_folder_given_as_the_config_file_is_named_as_a_folder(tmp_path):
+    (tmp_path / "configs").mkdir()
+    before = snapshot(tmp_path)
+    exit_code, said = icl(["train", "configs"], tmp_path)
+    assert exit_code == 2 and "config file 'configs' is a folder: give a YAML file or a packaged preset" in said, said
+    assert snapshot(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["configs"]
 
 
 def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch):

@@ -258,3 +258,11 @@ def test_rows_a_block_sampler_left_short_are_logged(tmp_path, monkeypatch, tiny)
 
 def test_a_run_without_shortfalls_logs_none(run):
     assert not any("sampler_shortfalls" in r for r in rundir.read_metrics(run))
+
+
+def test_a_divergence_names_the_loss_options_in_play(tmp_path, monkeypatch, tiny):
+    real = Solver.step
+    monkeypatch.setattr(Solver, "step", lambda c: real(c) * float("nan"))
+    with pytest.raises(NonFiniteLoss, match=r"try a lower optim.lr or optim.grad_clip, or other loss options than "
+                                            r"loss.tau=0.3\)"):
+        Trainer.create(load_config(None, {**tiny, "loss.tau": 0.3}), tmp_path / "run", progress=False).run()

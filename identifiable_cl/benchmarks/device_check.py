@@ -333,6 +333,22 @@ def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool
     return data
 
 
+def refused(args: argparse.Namespace) -> str | None:
+    """Why the check cannot start, in one line, before it writes anything; None when it can."""
+    if not args.budget > 0:
+        return f"--budget={args.budget}: must be a positive number of seconds"
+    for name, path in (("OUT", args.out), ("--work", args.work)):
+        if path is not None and Path(path).exists() and not Path(path).is_dir():
+            return f"{name} {path!r} is a file: give a folder (new or existing) for the check's files"
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return ("--device cuda: CUDA is not available on this machine; use --device cpu (with --tiny, a check of "
+                    "the plumbing)")
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m identifiable_cl.benchmarks.device_check",
                                      description=__doc__.split("\n\n")[0])
@@ -346,8 +362,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bench", nargs="+", default=list(BENCH_SECTIONS), help="bench sections")
     parser.add_argument("--work", help="folder for the runs (default: a new temporary folder)")
     args = parser.parse_args(argv)
-    if not args.budget > 0:
-        parser.error(f"--budget={args.budget}: must be a positive number of seconds")
+    problem = refused(args)
+    if problem is not None:
+        print(f"device_check: error: {problem}", file=sys.stderr)
+        return 2
     command = " ".join(["python -m identifiable_cl.benchmarks.device_check", *(argv if argv is not None else sys.argv[1:])])
     data = run_check(Path(args.out), args.budget, args.device, args.tiny, args.tests, args.bench,
                      Path(args.work) if args.work else None, command, args.capture)

@@ -121,6 +121,12 @@ def bound_candidates(negatives: str, reduction: str, batch: int, separate: int |
     return 2 * batch - 1 if negatives in ("symmetric", "r24") else batch
 
 
+def check_tau(value: Any) -> float:
+    """A temperature τ > 0 that float32 holds and float32 training can use (the logits are similarities / τ)."""
+    tau = checks.float32_positive("tau", value)
+    return checks.trainable("tau", tau, "the logits are similarities divided by τ", smallest=1.0 / checks.TRAINABLE)
+
+
 def check_lr(value: Any) -> float | None:
     """``None`` (the trainer's loss lr) or a positive learning rate for the loss parameters."""
     return None if value is None else checks.positive("lr", value)

@@ -47,7 +47,7 @@ class HardNegativeInfoNCE(InfoNCE):
 
     def __init__(self, *, beta: float = 1.0, tau_plus: float = 0.0, **options):
         super().__init__(**options)
-        self.beta = checks.non_negative("beta", beta)
+        self.beta = checks.trainable("beta", checks.non_negative("beta", beta), "the negatives' logits are tilted by it")
         self.tau_plus = checks.probability("tau_plus", tau_plus)
         if self.tau_plus == 1.0:
             checks.fail("tau_plus", tau_plus, "must lie in [0, 1)")

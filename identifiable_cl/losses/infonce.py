@@ -18,6 +18,7 @@ from identifiable_cl.losses.base import (
     assemble,
     check_dim,
     check_lr,
+    check_tau,
     contrastive_loss,
     infonce_row,
 )
@@ -83,7 +84,7 @@ class InfoNCE(InfoNCEBound, ContrastiveLoss):
         super().__init__()
         self.dim = check_dim(dim)
         self.similarity = checks.choice("similarity", similarity, SIMILARITIES)
-        self.temperature = Temperature(checks.float32_positive("tau", tau), checks.boolean("learn_tau", learn_tau))
+        self.temperature = Temperature(check_tau(tau), checks.boolean("learn_tau", learn_tau))
         self.negatives = checks.choice("negatives", negatives, NEGATIVE_SETS + (QUEUE,))
         self.reduction = checks.choice("reduction", reduction, REDUCTIONS)
         self.lr = check_lr(lr)

@@ -57,7 +57,7 @@ class MarginContrastive(ContrastiveLoss):
     def __init__(self, *, dim: int, margin: float = 1.0, negatives: str = "symmetric"):
         super().__init__()
         self.dim = check_dim(dim)
-        self.margin = checks.positive("margin", margin)
+        self.margin = checks.trainable("margin", checks.positive("margin", margin), "the loss grows with the margin")
         self.negatives = checks.choice("negatives", negatives, NEGATIVE_SETS)
         self.requires_negatives = self.negatives == "independent"
 

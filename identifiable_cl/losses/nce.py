@@ -23,6 +23,7 @@ from identifiable_cl.losses.base import (
     assemble,
     check_dim,
     check_lr,
+    check_tau,
 )
 from identifiable_cl.losses import LOSSES
 
@@ -36,7 +37,7 @@ def check_offset(value: Any) -> float:
     if abs(v) > checks.FLOAT32_RANGE[1]:
         checks.fail("offset", value, f"must lie in [-{checks.FLOAT32_RANGE[1]:.3g}, {checks.FLOAT32_RANGE[1]:.3g}]: "
                                      "float32 turns it into inf")
-    return v
+    return checks.trainable("offset", v, "the logits are shifted by it")
 
 
 class CriticLoss(ContrastiveLoss):
@@ -80,7 +81,7 @@ class CriticLoss(ContrastiveLoss):
         super().__init__()
         self.dim = check_dim(dim)
         self.similarity = checks.choice("similarity", similarity, SIMILARITIES)
-        self.tau = checks.float32_positive("tau", tau)
+        self.tau = check_tau(tau)
         start = check_offset(offset)
         self.learn_offset = checks.boolean("learn_offset", learn_offset)
         if negatives == "first_view":

@@ -68,7 +68,7 @@ class Triplet(ContrastiveLoss):
     ):
         super().__init__()
         self.dim = check_dim(dim)
-        self.margin = checks.positive("margin", margin)
+        self.margin = checks.trainable("margin", checks.positive("margin", margin), "the loss grows with the margin")
         self.mining = checks.choice("mining", mining, MINING)
         self.normalize = checks.boolean("normalize", normalize)
         self.negatives = checks.choice("negatives", negatives, NEGATIVE_SETS)

@@ -98,9 +98,38 @@ def read_status(folder: Path) -> dict[str, Any] | None:
 def _record(path: Path) -> dict[str, Any] | None:
     """A file the runner itself writes (``status.json``, ``pack_result.json``); missing or damaged is None."""
     try:
-        return read_json(path, missing_ok=True)
+        return read_status_file(path) if path.name == STATUS else read_json(path, missing_ok=True)
     except ValueError:
         return None
+
+
+STATES = ("running", "finished", "failed", "stopped")
+"""The states a run's ``status.json`` records."""
+STATUS_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "state": lambda v: v in STATES,
+    "exit_code": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+    "pid": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0),
+    "run_dir": lambda v: isinstance(v, str) and bool(v),
+    **{name: lambda v: isinstance(v, str) and _time(v) is not None for name in ("started", "heartbeat", "ended")},
+}
+"""What each field of ``status.json`` holds where it is present."""
+
+
+def _time(text: str) -> datetime | None:
+    try:
+        return datetime.strptime(text, TIME_FORMAT)
+    except ValueError:
+        return None
+
+
+def read_status_file(path: Path) -> dict[str, Any] | None:
+    """``status.json`` at ``path`` (None when missing), every field of :data:`STATUS_FIELDS` checked: a field that
+    holds something else is a ValueError naming the file, the field and the value."""
+    status = read_json(path, missing_ok=True)
+    for name, fits in STATUS_FIELDS.items():
+        if status is not None and name in status and not fits(status[name]):
+            raise ValueError(f"{path}: {name}={status[name]!r} is not what the runner writes there")
+    return status
 
 
 @dataclass(frozen=True)
@@ -125,7 +154,7 @@ class RunFolder:
         folder, found = Path(folder), {}
         try:
             found["params"] = read_params(folder / PARAMS) if (folder / PARAMS).exists() else None
-            found["status"] = read_json(folder / STATUS, missing_ok=True)
+            found["status"] = read_status_file(folder / STATUS)
             run_dir = cls(folder, **found).run_dir
             found["summary"] = read_json(run_dir / SUMMARY, missing_ok=True)
         except ValueError as exc:
@@ -323,11 +352,8 @@ def lost(status: Mapping[str, Any]) -> bool:
     beat = status.get("heartbeat")
     if status.get("state") != "running" or not isinstance(beat, str):
         return False
-    try:
-        seconds = time.time() - datetime.strptime(beat, TIME_FORMAT).timestamp()
-    except ValueError:
-        return False
-    return seconds > LOST_AFTER
+    when = _time(beat)
+    return when is not None and time.time() - when.timestamp() > LOST_AFTER
 
 
 def _launch(argv: list[str], env: Mapping[str, str], log_path: Path, lock: int,

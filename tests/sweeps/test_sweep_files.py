@@ -135,3 +135,19 @@ def test_smoke_sweep_end_to_end_then_results(tmp_path, monkeypatch, capsys):
     assert table.startswith("| loss.name | r2_linear |") and "| infonce |" in table and "| aninfonce |" in table
     assert main(["sweep", "run", str(ROOT / "sweeps" / "smoke.yaml"), "--out", str(out)]) == 0
     assert "4 skipped" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("field, value", [("heartbeat", 5), ("heartbeat", "yesterday"), ("state", "done"),
+                                          ("exit_code", True), ("pid", -3), ("run_dir", "")])
+def test_a_status_field_that_is_not_what_the_runner_writes_makes_the_run_unfinished_and_damaged(tmp_path, field, value):
+    from identifiable_cl.aggregate import sweep_run
+    from identifiable_cl.sweeps.local import STATUS, is_finished, now, read_status_file
+
+    status = {"state": "finished", "exit_code": 0, "started": now(), "heartbeat": now(), "pid": 12, "run_dir": "run"}
+    (tmp_path / STATUS).write_text(json.dumps(status))
+    assert read_status_file(tmp_path / STATUS) == status and is_finished(tmp_path)
+    (tmp_path / STATUS).write_text(json.dumps({**status, field: value}))
+    with pytest.raises(ValueError, match=f"{STATUS}: {field}={value!r} is not what the runner writes there"):
+        read_status_file(tmp_path / STATUS)
+    assert not is_finished(tmp_path)  # it runs again
+    assert f"{field}={value!r}" in sweep_run(tmp_path).problem

@@ -34,6 +34,7 @@ from dgp.seeding import stream_seed
 from identifiable_cl import linear, rundir
 from identifiable_cl.config import (
     DEFAULTS,
+    flat_keys,
     merge_layer,
     parse_overrides,
     read_yaml_mapping,
@@ -249,6 +250,34 @@ def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Solv
     (:func:`identifiable_cl.solvers.solver_class`) over them."""
     if not (isinstance(config, RunSpec) and config.unchanged()):
         config = check(config)
+    try:
+        return _assemble(config, process)
+    except (MemoryError, RuntimeError) as exc:
+        if not isinstance(exc, (MemoryError, torch.OutOfMemoryError)) and "allocate memory" not in str(exc):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"out of memory while building the run ({first}); its largest sizes: {largest_sizes(config)}: "
+                         "make the one that dominates smaller (nothing was written)") from None
+
+
+NOT_SIZES = ("seed", "train.steps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.threads",
+             "train.loss_memory")
+"""Integer keys that size no tensor."""
+
+
+def largest_sizes(config: Mapping[str, Any], count: int = 3) -> str:
+    """The ``count`` integer keys of ``config`` that size its tensors with the largest values (a list of integers,
+    such as ``encoder.widths``, by its largest), as ``key=value`` for an out-of-memory message."""
+    sizes = {}
+    for key, value in flat_keys(config).items():
+        values = value if isinstance(value, list) else [value]
+        if key not in NOT_SIZES and values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            sizes[key] = max(values)
+    ranked = sorted(sizes.items(), key=lambda item: -item[1])[:count]
+    return ", ".join(f"{key}={value}" for key, value in ranked)
+
+
+def _assemble(config: RunSpec, process: dgp.Process | None) -> Solver:
     device = resolve_device(config["device"])
     if config["train"]["threads"] is not None:
         use_threads(config["train"]["threads"])

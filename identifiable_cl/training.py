@@ -14,13 +14,10 @@ training and a resumed run evaluates exactly as an uninterrupted one).
 
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
-import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -34,39 +31,8 @@ from identifiable_cl.progress import Progress
 from identifiable_cl.protocol import Measured, check_before_writing, evaluation, reported, shared_identity
 from identifiable_cl.solvers import Solver
 from identifiable_cl.solvers.packed import PackStepper, check_packable
+from identifiable_cl.stops import LOOPING, STOP, Interrupted, NonFiniteLoss, evaluating, signals_held
 from identifiable_cl.tracking import Tracker, open_tracker
-
-
-class NonFiniteLoss(RuntimeError):
-    """The loss became NaN or inf, or exceeded ``train.loss_limit``; the last good checkpoint is kept."""
-
-
-class Interrupted(Exception):
-    """Ctrl-C (or SIGINT) during a run: its message says what was kept and how to continue."""
-
-
-STOP = threading.Event()
-"""Set to stop training at the next step boundary: every run of the pack then checkpoints the step it
-has reached and ends as :class:`Interrupted` (``icl train`` sets it on SIGINT, SIGTERM and SIGUSR2, the
-signals of Ctrl-C, a scheduler's cancel and its time-limit or preemption warning)."""
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
-"""Signals that end ``icl train`` as interrupted: Ctrl-C, a sweep runner's early stop (SIGINT), the
-SIGTERM a scheduler sends when it cancels or preempts a job, and the SIGUSR2 submitit asks Slurm to
-send before a job's time limit."""
-LOOPING = threading.Event()
-"""Set while the run loop takes its steps: a stop signal then waits for the next step boundary (:data:`STOP`);
-before it (start-up, checks, building the process, the identity baseline) a stop signal ends the run at once."""
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """Within the block :data:`STOP_SIGNALS` wait (they arrive as the block ends), so that a run folder's files
-    are written together or not at all."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _owned_after(run_dir: Path, write: Callable[[], None]) -> int:
@@ -231,7 +197,8 @@ class Trainer:
                 record["sampler_shortfalls"] = short
             self._running.zero_()
             self._count = 0
-            metrics = evaluation(c, c.steps_done == t["steps"], self.measured) if eval_now else None
+            with evaluating():
+                metrics = evaluation(c, c.steps_done == t["steps"], self.measured) if eval_now else None
             if metrics is not None:
                 record.update(reported(metrics))
             self.record(record)
@@ -260,12 +227,14 @@ class Trainer:
         c, progress = self.c, self._progress
         progress.bar.close()
         wall = time.perf_counter() - progress.started
-        latest = progress.latest or evaluation(c, True, self.measured)  # a resumed finished run is evaluated again
+        with evaluating():
+            latest = progress.latest or evaluation(c, True, self.measured)  # a resumed finished run: once more
         c.extra["wall_s"] = c.extra.get("wall_s", 0.0) + wall
         c.extra["steps_timed"] = c.extra.get("steps_timed", 0) + (c.steps_done - progress.start_step)
         self.save_checkpoint()
         summary = self.summarize(latest, self._identity)
-        self._readout()
+        with evaluating():
+            self._readout()
         rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
         return summary
 

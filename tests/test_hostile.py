@@ -269,6 +269,22 @@ def test_a_lock_path_that_is_not_a_plain_file_is_refused_and_never_written_throu
     assert target.read_text() == "a user's file\n" and snapshot(run) == before
 
 
+def test_a_queue_larger_than_memory_names_its_key_and_writes_nothing(tmp_path):
+    import resource
+
+    def bounded():  # the machine's memory, as this process sees it: 6 GB of address space
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+
+    done = subprocess.run([sys.executable, "-m", "identifiable_cl.cli", "train", "--loss.negatives=queue",
+                           "--loss.queue.size=1000000000", "--run-dir", "fresh", "--quiet"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=TIMEOUT, preexec_fn=bounded,
+                          env={**os.environ, "WANDB_MODE": "disabled"})
+    said = said_one_line(done.stderr + done.stdout)
+    assert done.returncode == 2 and "out of memory while building the run (" in said, said
+    assert "its largest sizes: loss.queue.size=1000000000, " in said and said.endswith("(nothing was written)"), said
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_folder_given_as_the_config_file_is_named_as_a_folder(tmp_path):
     (tmp_path / "configs").mkdir()
     before = snapshot(tmp_path)

@@ -330,3 +330,24 @@ def test_a_resume_whose_writing_fails_leaves_the_run_unlocked(run, monkeypatch):
     with pytest.raises(OSError):
         Trainer.resume(run, progress=False)
     rundir.unlock(rundir.own(run))  # this process could not take it while a failed resume still held it
+
+
+def test_a_stop_signal_during_an_evaluation_ends_the_run_at_once_and_it_resumes(tmp_path, monkeypatch, capsys):
+    from identifiable_cl import protocol
+    from tests.tiny import tiny_args
+
+    real = protocol.evaluate
+
+    def minutes_long(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's cancel, in the middle of an evaluation
+        time.sleep(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(protocol, "evaluate", minutes_long)
+    started = time.monotonic()
+    assert main(["train", *tiny_args(), "--run-dir", str(tmp_path / "run"), "--quiet"]) == 130
+    assert time.monotonic() - started < 30
+    assert "the checkpoint of step 0 is kept" in capsys.readouterr().err
+    monkeypatch.setattr(protocol, "evaluate", real)
+    assert main(["train", "--resume", str(tmp_path / "run"), "--quiet"]) == 0
+    assert rundir.read_json(tmp_path / "run" / rundir.SUMMARY)["steps"] == 20

@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     import torch
 
-    from identifiable_cl.training import Interrupted, NonFiniteLoss
+    from identifiable_cl.stops import Interrupted, NonFiniteLoss
 
     args.overrides = overrides
     name = f"icl {args.command}"

@@ -145,10 +145,10 @@ def cmd_train_pack_file(args: argparse.Namespace) -> int:
 
 def _stop(signum: int, frame: Any) -> None:
     """A stop signal while the runs take their steps stops training at the next step boundary, with a checkpoint
-    of that step (:data:`identifiable_cl.training.STOP`); a second one, or one before the steps began (start-up,
+    of that step (:data:`identifiable_cl.stops.STOP`); a second one, or one before the steps began (start-up,
     checks, building the process, the identity baseline), at once, keeping what was already written
-    (:data:`identifiable_cl.training.LOOPING`)."""
-    from identifiable_cl.training import LOOPING, STOP
+    (:data:`identifiable_cl.stops.LOOPING`)."""
+    from identifiable_cl.stops import LOOPING, STOP
 
     if STOP.is_set() or not LOOPING.is_set():
         raise KeyboardInterrupt
@@ -157,7 +157,7 @@ def _stop(signum: int, frame: Any) -> None:
 
 @contextmanager
 def stoppable():
-    """While training, :data:`identifiable_cl.training.STOP_SIGNALS` stop the runs (:func:`_stop`), which end
+    """While training, :data:`identifiable_cl.stops.STOP_SIGNALS` stop the runs (:func:`_stop`), which end
     interrupted (their checkpoint kept, exit 130, resumed by a rerun of their sweep). Installed explicitly because a
     process may start with SIGINT ignored (background jobs of a non-interactive shell do, and their
     children inherit it); the previous handlers come back afterwards. Off the main thread, where
@@ -165,7 +165,7 @@ def stoppable():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    from identifiable_cl.training import STOP, STOP_SIGNALS
+    from identifiable_cl.stops import STOP, STOP_SIGNALS
 
     STOP.clear()
     previous = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS}

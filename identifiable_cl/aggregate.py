@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from identifiable_cl.config import flat_keys, read_yaml_mapping
+from identifiable_cl.config import flat_keys
+from identifiable_cl.yamlfiles import read_yaml_mapping
 from identifiable_cl.evaluation.catalog import labels
 from identifiable_cl.plots import view_metrics
 from identifiable_cl.rundir import CONFIG, DGP, STOPPED, SUMMARY, is_run_dir, read_json

@@ -37,7 +37,6 @@ from identifiable_cl.config import (
     flat_keys,
     merge_layer,
     parse_overrides,
-    read_yaml_mapping,
     resolve_config_path,
     validate,
 )
@@ -48,6 +47,7 @@ from identifiable_cl.solvers.base import observations, split_encodings
 from identifiable_cl.solvers.views import pair_loss, view_encodings
 from identifiable_cl.spec import CHANGEABLE, REFUSED, RunSpec
 from identifiable_cl.migration import migrate, schema_version
+from identifiable_cl.yamlfiles import read_yaml_mapping
 
 
 

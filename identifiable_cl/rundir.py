@@ -38,7 +38,7 @@ import torch
 
 import identifiable_cl
 from dgp.files import load_tensors
-from identifiable_cl.config import dump, read_yaml_mapping
+from identifiable_cl.yamlfiles import dump, read_yaml_mapping
 from identifiable_cl.migration import SCHEMA_VERSION
 
 CONFIG, META, DGP, CHECKPOINT = "config.yaml", "meta.json", "dgp.pt", "checkpoint.pt"

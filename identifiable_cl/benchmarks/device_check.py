@@ -123,7 +123,7 @@ def last_line(path: Path) -> str:
 
 def experiment_copy(plan: Plan, steps: int, folder: Path) -> Path:
     """A copy of the packaged R24 experiment whose ``plan.scale`` settings are patched and train for ``steps``."""
-    from identifiable_cl.config import read_yaml_mapping
+    from identifiable_cl.yamlfiles import read_yaml_mapping
     from identifiable_cl.reproduce.experiment import EXPERIMENTS_DIR, FILE
 
     raw = dict(read_yaml_mapping(Path(EXPERIMENTS_DIR) / EXPERIMENT / FILE, "experiment file"))

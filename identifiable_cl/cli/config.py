@@ -8,7 +8,8 @@ import re
 
 from identifiable_cl.arguments import OVERRIDE
 from identifiable_cl.cli import VERBS
-from identifiable_cl.config import SCHEMA, SECTION_OPTIONS, Leaf, dump, parse_overrides, yaml_text
+from identifiable_cl.config import SCHEMA, SECTION_OPTIONS, Leaf, parse_overrides, yaml_text
+from identifiable_cl.yamlfiles import dump
 
 
 def key_table() -> str:

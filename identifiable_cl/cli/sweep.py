@@ -48,7 +48,7 @@ def sweep_file(arg: str) -> Path:
 
 def _summary(path: Path) -> str:
     """One line about a sweep file: its method and description (or its first comment line)."""
-    from identifiable_cl.config import load_yaml
+    from identifiable_cl.yamlfiles import load_yaml
 
     try:
         raw = load_yaml(path.read_text())

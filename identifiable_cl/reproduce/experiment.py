@@ -83,7 +83,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from identifiable_cl.components import load_config
-from identifiable_cl.config import DEFAULTS, drops_options, merge_layer, read_yaml_mapping
+from identifiable_cl.config import DEFAULTS, drops_options, merge_layer
+from identifiable_cl.yamlfiles import read_yaml_mapping
 from identifiable_cl.packaged import EXPERIMENTS_DIR
 from identifiable_cl.reproduce.claims import Claim, check_entries
 from identifiable_cl.sweeps.spec import is_config_key, parse_sweep

@@ -58,7 +58,7 @@ import yaml
 
 from dgp.files import load_tensors
 from identifiable_cl.components import available_cpus
-from identifiable_cl.config import load_yaml
+from identifiable_cl.yamlfiles import load_yaml
 from identifiable_cl.rundir import CHECKPOINT, IDENTITY_CACHE, SUMMARY, lock, read_json, read_metrics, write_json
 from identifiable_cl.rundir import unlock as release
 from identifiable_cl.sweeps.plan import PlannedRun

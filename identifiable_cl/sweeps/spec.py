@@ -156,7 +156,7 @@ def load_sweep(path: str | Path, *, local: bool = True) -> SweepSpec:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"sweep file {str(path)!r} does not exist")
-    from identifiable_cl.config import read_yaml_mapping
+    from identifiable_cl.yamlfiles import read_yaml_mapping
 
     spec = parse_sweep(dict(read_yaml_mapping(path, "sweep file")), str(path))
     if local:

@@ -9,6 +9,7 @@ command line's ``main`` in this process, and for a few cases also as a real ``ic
 import contextlib
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -283,6 +284,20 @@ def test_a_queue_larger_than_memory_names_its_key_and_writes_nothing(tmp_path):
     assert done.returncode == 2 and "out of memory while building the run (" in said, said
     assert "its largest sizes: loss.queue.size=1000000000, " in said and said.endswith("(nothing was written)"), said
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(shutil.which("sbatch") is None, reason="needs Slurm's sbatch")
+def test_a_slurm_submission_no_controller_answers_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    conf = tmp_path / "slurm.conf"  # a cluster whose controller is not there: the real sbatch cannot reach it
+    conf.write_text("ClusterName=gone\nSlurmctldHost=localhost\nSlurmctldPort=9\nAuthType=auth/none\n"
+                    "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=localhost Default=YES\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    (tmp_path / "s.yaml").write_text(GRID + "  seed: {values: [0]}\n")
+    before = snapshot(tmp_path)
+    exit_code, said = icl(["sweep", "submit", "s.yaml", "--cluster", "slurm", "--out", "out"], tmp_path)
+    assert exit_code == 2 and said.startswith("icl sweep: error: --cluster slurm: the cluster refused the jobs (sbatch: ")
+    assert said.endswith("nothing was submitted: check that it answers (sinfo) and submit again"), said
+    assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
 
 
 def test_a_folder_given_as_the_config_file_is_named_as_a_folder(tmp_path):

@@ -8,10 +8,13 @@ tree, installed with the package) is accepted too when no file of that name exis
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import yaml
 
@@ -123,6 +126,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if any(o.state == "failed" for o in outcomes) else 0
 
 
+@contextlib.contextmanager
+def refused_submission(folder: Path, cluster: str) -> Iterator[None]:
+    """A cluster that refuses the jobs (``sbatch`` exits with an error: no controller answers, an unknown
+    partition ...) ends as one line with its first line of error, and the folders this submission made for
+    ``folder`` (the sweep's submitit folder and any parent it created) are removed again."""
+    from submitit.core.utils import FailedJobError
+
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    said = io.StringIO()  # submitit prints a refusing sbatch's error before raising it: it is in the one line
+    try:
+        with contextlib.redirect_stderr(said):
+            yield
+        sys.stderr.write(said.getvalue())
+    except FailedJobError as exc:
+        if made:  # the outermost folder this submission created, with what it holds
+            shutil.rmtree(made[-1], ignore_errors=True)
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "no detail")
+        raise ValueError(f"--cluster {cluster}: the cluster refused the jobs ({first}); nothing was submitted: check "
+                         "that it answers (sinfo) and submit again") from None
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from identifiable_cl.sweeps.submit import make_executor, submit_offline, submit_online
 
@@ -133,11 +157,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
     executor = make_executor(folder, args.cluster, name=f"icl-{spec.name}", parallelism=args.parallelism,
                              gpus_per_node=args.gpus_per_node, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
                              timeout_min=args.timeout_min, partition=args.partition)
+    with refused_submission(folder, args.cluster):
+        if args.sweep_id is not None:
+            jobs = submit_online(args.sweep_id, executor, count=args.count)
+        else:
+            _, jobs = submit_offline(spec, args.out, executor, count=args.count, seed=args.seed)
     if args.sweep_id is not None:
-        jobs = submit_online(args.sweep_id, executor, count=args.count)
         print(f"submitted {len(jobs)} W&B agent jobs for sweep {args.sweep_id} ({args.cluster}); logs in {folder}")
     else:
-        _, jobs = submit_offline(spec, args.out, executor, count=args.count, seed=args.seed)
         print(f"submitted {len(jobs)} runs of sweep {spec.name} ({args.cluster}); results in {Path(args.out) / spec.name}")
     if args.cluster == "debug" or args.wait:
         codes = [job.result() for job in jobs]

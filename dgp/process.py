@@ -34,6 +34,7 @@ from dgp.information import Information
 from dgp.marginals import MARGINALS
 from dgp.mixing import MIXINGS
 from dgp.negatives import NEGATIVES
+from dgp.registry import option_parameters
 from dgp.spaces import SPACES
 from dgp.defaults import DEFAULT_CONFIG, DTYPE_NAMES, SAMPLERS, SINGLE_VIEW
 from dgp.views import VIEWS
@@ -102,6 +103,29 @@ def own_seed(config: Mapping[str, Any] | None, seed: int) -> tuple[Mapping[str, 
     return config, seed
 
 
+BLOCK_OPTIONS = ("modality_dim", "modalities")
+"""Options that lay out the modality-specific latent blocks: a marginal and a conditional that both take one describe
+one layout (the content block's size is compared once both are built, :meth:`Process._check_blocks`)."""
+
+
+def _check_block_options(cfg: Mapping[str, Any]) -> None:
+    """A ValueError naming the conditional's block option (:data:`BLOCK_OPTIONS`) that differs from the marginal's,
+    defaults included, before either is built on it (unknown names are left to the registries to name)."""
+    try:
+        taken = [option_parameters(registry.get(cfg[part]["name"], f"dgp.{part}.name"))[0]
+                 for part, registry in (("marginal", MARGINALS), ("conditional", CONDITIONALS))]
+    except ValueError:
+        return
+    for option in BLOCK_OPTIONS:
+        if option in taken[0] and option in taken[1]:
+            given = [cfg[part].get(option, params[option].default)
+                     for part, params in zip(("marginal", "conditional"), taken)]
+            if given[0] != given[1] and (option != "modalities" or cfg["marginal"].get("modality_dim")):
+                checks.fail(f"dgp.conditional.{option}", given[1], f"the marginal's is {given[0]} "
+                            f"(dgp.marginal.{option}), and both describe one layout of the latent blocks: give both the "
+                            "same")
+
+
 @contextlib.contextmanager
 def _memory_for(n: int, key: str) -> Iterator[None]:
     """A draw of ``n`` rows that runs out of memory ends as a ValueError naming ``key`` and ``n``, not as the
@@ -136,6 +160,7 @@ class Process(nn.Module):
 
         self.space = SPACES.build(cfg["space"], dim, rng("space"), key="dgp.space")
         self.marginal = MARGINALS.build(cfg["marginal"], self.space, rng("marginal"), key="dgp.marginal")
+        _check_block_options(cfg)
         self.conditional = CONDITIONALS.build(cfg["conditional"], self.space, rng("conditional"), key="dgp.conditional")
         self.negatives = NEGATIVES.build(cfg["negatives"], self.space, rng("negatives"), key="dgp.negatives")
         self.negatives.check_marginal(self.marginal)

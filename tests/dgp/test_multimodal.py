@@ -161,5 +161,6 @@ def test_bad_modality_options(options, message):
 
 
 def test_conditional_and_marginal_must_agree_on_modality_blocks():
-    with pytest.raises(ValueError, match="style block"):
+    with pytest.raises(ValueError, match=r"dgp.conditional.modality_dim=0 is invalid: the marginal's is \d+ "
+                                         r"\(dgp.marginal.modality_dim\)"):
         multimodal(conditional={"name": "content_style", "content_dim": 5})

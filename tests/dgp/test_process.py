@@ -186,3 +186,16 @@ def test_a_config_s_own_seed_wins_and_leaves_the_config_as_without_it():
     unset = dgp.build_process({"seed": None, "mixing": {"name": "mlp", "cond_draws": 20}}, seed=3)
     assert own.seed == given.seed == unset.seed == 3 and "seed" not in own.config
     assert own.fingerprint() == given.fingerprint() == unset.fingerprint()
+
+
+@pytest.mark.parametrize("conditional, key, given, marginals", [
+    ({"modality_dim": 3}, "modality_dim", 3, 5), ({"modality_dim": 5, "modalities": 3}, "modalities", 3, 2),
+    ({}, "modality_dim", 0, 5)])
+def test_marginal_and_conditional_must_agree_on_the_modality_blocks_named_by_their_key(conditional, key, given,
+                                                                                        marginals):
+    config = {"dim": 20, "space": "euclidean", "mixing": "identity",
+              "marginal": {"name": "content_style", "content_dim": 5, "modality_dim": 5},
+              "conditional": {"name": "content_style", "content_dim": 5, **conditional}}
+    with pytest.raises(ValueError, match=rf"^dgp.conditional.{key}={given} is invalid: the marginal's is {marginals} "
+                                         rf"\(dgp.marginal.{key}\), and both describe one layout"):
+        dgp.check_process(config)

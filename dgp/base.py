@@ -83,6 +83,10 @@ class Conditional(Drawing):
         """Named groups of latent dimensions (e.g. content/style); empty if none."""
         return {}
 
+    def check_marginal(self, marginal: Marginal) -> None:
+        """A ValueError when this conditional cannot follow anchors of ``marginal`` (the process calls it once it
+        has both); the default accepts every marginal."""
+
     def lambda_true(self) -> Tensor | None:
         """Per-dimension concentrations Λ for anisotropic conditionals, else None."""
         return None

@@ -163,6 +163,7 @@ class Process(nn.Module):
         _check_block_options(cfg)
         self.conditional = CONDITIONALS.build(cfg["conditional"], self.space, rng("conditional"), key="dgp.conditional")
         self.negatives = NEGATIVES.build(cfg["negatives"], self.space, rng("negatives"), key="dgp.negatives")
+        self.conditional.check_marginal(self.marginal)
         self.negatives.check_marginal(self.marginal)
         self.sampler = _sampler(cfg["sampler"])
         for part in (self.marginal, self.conditional, self.negatives):

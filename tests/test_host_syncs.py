@@ -22,6 +22,8 @@ SETTINGS = {
     **{f"loss {name}": {"loss.name": name} for name in ("nce", "nwj", "margin", "triplet", "scl", "hard_negative",
                                                         "ensemble")},
     "MoCo's queue": {"loss.negatives": "queue", "loss.queue.size": 64},
+    "loss pcl on AR(1) sources": {"loss.name": "pcl", "dgp.space.name": "euclidean", "dgp.marginal.name": "ar1",
+                                  "dgp.conditional.name": "ar1"},
     "bf16 with gradient clipping": {"train.precision": "bf16", "optim.grad_clip": 1.0},
     "sphere, vMF (Wood's sampler in blocks)": SPHERE,
     "sphere, vMF, tilted hard negatives": {**SPHERE, "dgp.negatives.name": "tilted"},

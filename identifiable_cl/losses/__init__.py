@@ -2,7 +2,8 @@
 
 ``infonce``, ``aninfonce``, ``hard_negative`` and ``ensemble`` (InfoNCE's family); ``nce`` (binary
 noise-contrastive estimation), ``nwj`` (the Nguyen–Wainwright–Jordan bound), ``margin`` (the pairwise
-contrastive loss with a margin), ``triplet`` and ``scl`` (the spectral contrastive loss); see each module
+contrastive loss with a margin), ``triplet``, ``scl`` (the spectral contrastive loss) and ``pcl``
+(permutation-contrastive learning, real against time-permuted pairs); see each module
 for the equation it implements and its source, and ``base`` for the negative sets and reductions.
 """
 
@@ -12,7 +13,7 @@ LOSSES = Registry("losses", "loss")
 """Losses by name."""
 
 from identifiable_cl.losses import (  # noqa: E402,F401
-    aninfonce, blocked, ensemble, hard_negative, infonce, margin, native, nce, nwj, scl, triplet,
+    aninfonce, blocked, ensemble, hard_negative, infonce, margin, native, nce, nwj, pcl, scl, triplet,
 )
 from identifiable_cl.losses.aninfonce import AnInfoNCE  # noqa: E402
 from identifiable_cl.losses.base import ContrastiveLoss  # noqa: E402

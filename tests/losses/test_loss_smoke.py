@@ -40,8 +40,10 @@ def cases() -> list:
     return out
 
 
-REFUSED = {("nce", "negatives", "first_view"), ("nwj", "negatives", "first_view")}
-"""Choices a loss refuses (each says why): the anchor as its own negative is no draw from the noise."""
+REFUSED = {("nce", "negatives", "first_view"), ("nwj", "negatives", "first_view"),
+           *(("pcl", "negatives", n) for n in NEGATIVE_SETS if n != "independent")}
+"""Choices a loss refuses (each says why): the anchor as its own negative is no draw from the noise; PCL's fake
+pairs take their past points from the batch rolled by one row or from the DGP's negatives, no other set."""
 
 
 def exercise(spec: dict, device: torch.device) -> None:

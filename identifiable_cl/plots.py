@@ -33,6 +33,7 @@ import numpy as np
 
 from identifiable_cl import rundir
 from identifiable_cl.evaluation import catalog
+from identifiable_cl.evaluation.information import BOUND_KEYS
 
 FIGURES = "figures"
 LABELS = catalog.labels()
@@ -290,13 +291,13 @@ def lambda_figure(learned: Sequence[float], true: Sequence[float], steps: Sequen
 
 
 def mi_figure(records: Sequence[Mapping[str, Any]], title: str = ""):
-    """The encoder's bound on I(z; z+) over training (records with ``mi_infonce_bound``: log K - L, or NWJ's -L) beside what
-    bounds it: the true critic's bound at the same K, min(I, log K) and log K (dashed lines), in nats."""
+    """The encoder's bound on I(z; z+) over training (records with one of ``BOUND_KEYS``: log K - L, or NWJ's -L)
+    beside what bounds it: the true critic's bound at the same K, min(I, log K) and log K (dashed lines), in nats."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.5, 4), layout="constrained")
     ax = fig.subplots()
-    points = [(r["step"], r["mi_infonce_bound"]) for r in records if _finite(r.get("mi_infonce_bound"))]
+    points = [(r["step"], r[k]) for r in records for k in BOUND_KEYS if _finite(r.get(k))]
     ax.plot(*zip(*points), marker="o", ms=3, label="encoder: the loss's bound (held-out batch)")
     last = records[-1]
     log_k, truth = last.get("log_k"), last.get("mi_true")
@@ -354,7 +355,7 @@ def draw_figures(run_dir: str | Path) -> dict[str, Path]:
         figures["training"] = training_figure(records, summary, title)
     if view_blocks(summary)[1]:
         figures["views"] = views_figure(summary, title)
-    bounded = [r for r in records if _finite(r.get("mi_infonce_bound"))]
+    bounded = [r for r in records if any(_finite(r.get(k)) for k in BOUND_KEYS)]
     if bounded:
         figures["mi"] = mi_figure(bounded, title)
     evaluated = [r for r in records if "lambda_true" in r]

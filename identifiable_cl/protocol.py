@@ -105,7 +105,7 @@ def information_metrics(c: Solver, measured: Measured | None = None) -> dict[str
     key = (c.process.fingerprint(), k, c.config["seed"])
     if key not in truths:
         truths[key] = information_truth(c.process, k, c.process.make_generator(stream_seed(c.config["seed"], "eval.mi")))
-    return {**truths[key], "mi_infonce_bound": encoder_bound}
+    return {**truths[key], c.loss.mi_bound_key: encoder_bound}
 
 
 def in_sample_metrics(encode: Callable[[Tensor], Tensor], c: Solver, stream: str) -> dict[str, float]:

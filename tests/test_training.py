@@ -266,3 +266,11 @@ def test_a_divergence_names_the_loss_options_in_play(tmp_path, monkeypatch, tiny
     with pytest.raises(NonFiniteLoss, match=r"try a lower optim.lr or optim.grad_clip, or other loss options than "
                                             r"loss.tau=0.3\)"):
         Trainer.create(load_config(None, {**tiny, "loss.tau": 0.3}), tmp_path / "run", progress=False).run()
+
+
+def test_the_bound_on_mutual_information_is_named_for_what_it_holds(tmp_path, tiny):
+    nwj = Trainer.create(load_config(None, {**tiny, "loss.name": "nwj"}), tmp_path / "nwj", progress=False).run()
+    infonce = Trainer.create(load_config(None, tiny), tmp_path / "infonce", progress=False).run()
+    assert "mi_nwj_bound" in nwj and "mi_infonce_bound" not in nwj
+    assert "mi_infonce_bound" in infonce and "mi_nwj_bound" not in infonce
+    assert math.isfinite(nwj["mi_nwj_bound"]) and nwj["mi_nwj_bound"] != infonce["mi_infonce_bound"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from identifiable_cl.evaluation.information import BOUND_KEYS
 from identifiable_cl.plots import CURVES, IN_SAMPLE, REFERENCE_LABEL, metric_label, reference_key, view_blocks, view_key
 
 
@@ -32,9 +33,10 @@ def results_table(summary: Mapping[str, Any]) -> str:
         lines.append("learned Λ̂: " + ", ".join(f"{v:.2f}" for v in summary["lambda_learned"]))
     if "lambda_true" in summary:
         lines.append("true Λ:    " + ", ".join(f"{v:.2f}" for v in summary["lambda_true"]))
-    if _number(summary.get("mi_infonce_bound")):
+    bound = next((summary[k] for k in BOUND_KEYS if _number(summary.get(k))), None)
+    if bound is not None:
         truth = f"{summary['mi_true']:.2f}" if _number(summary.get("mi_true")) else "∞ or not available"
-        lines.append(f"I(z; z+) = {truth} nats; the loss's bound on it {summary['mi_infonce_bound']:.2f} "
+        lines.append(f"I(z; z+) = {truth} nats; the loss's bound on it {bound:.2f} "
                      f"(log K = {summary['log_k']:.2f}"
                      + (f"; InfoNCE with the true critic: {summary['mi_true_critic_bound']:.2f}"
                         if _number(summary.get("mi_true_critic_bound")) else "")

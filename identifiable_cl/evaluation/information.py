@@ -10,7 +10,9 @@ its density p(z+ | z), whose logarithm is the best critic there is. Keys:
   Monte Carlo with ``mi_true_stderr``); null when infinite (content kept exactly) or not available, with
   ``mi_true_<block>`` for the blocks reported separately (content–style: the style block's own I);
 - ``log_k``: log K of the run's loss (``ContrastiveLoss.mi_bound``);
-- ``mi_infonce_bound``: log K - L of the encoder on a held-out batch of the training size;
+- the encoder's own bound on a held-out batch of the training size, named for what it holds
+  (:data:`BOUND_KEYS`): ``mi_infonce_bound``, log K - L of a loss in InfoNCE's form, or ``mi_nwj_bound``,
+  NWJ's -L;
 - ``mi_true_critic_bound``: the same bound with the critic log p(z+ | z) on the true latents at the same K
   (:func:`true_critic_bound`), what no encoder can beat at that K;
 - ``mi_loo_upper``: the leave-one-out upper bound on K pairs (:func:`loo_upper_bound`; Poole et al. 2019,
@@ -26,6 +28,9 @@ from typing import Any, Callable
 
 import torch
 from torch import Tensor
+
+BOUND_KEYS = ("mi_infonce_bound", "mi_nwj_bound")
+"""The keys of an encoder's bound on I(z; z+), by the loss's form (``ContrastiveLoss.mi_bound_key``)."""
 
 LogDensity = Callable[[Tensor, Tensor], Tensor]
 """``log_density(z_pos, z)``: log p(z+ | z) for ``(..., n)`` inputs that broadcast, float64."""

@@ -512,6 +512,8 @@ class InfoNCEBound:
 
     negatives: str
     reduction: str
+    mi_bound_key = "mi_infonce_bound"
+    """The metric key of the bound (:data:`identifiable_cl.evaluation.information.BOUND_KEYS`)."""
 
     def mi_bound(self, value: float, batch: int, separate: int | None) -> tuple[int, float] | None:
         k = bound_candidates(self.negatives, self.reduction, batch, separate)

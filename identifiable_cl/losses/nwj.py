@@ -52,6 +52,8 @@ class NWJ(CriticLoss):
         negative = pairs.total(lambda sim, _, c: torch.exp(scale * sim + c - 1.0), offset)
         return negative / (pairs.rows * pairs.n_neg) - pos.mean()
 
+    mi_bound_key = "mi_nwj_bound"
+
     def mi_bound(self, value: float, batch: int, separate: int | None) -> tuple[int, float] | None:
         """(K, -value): -L is the NWJ bound itself; K as InfoNCE's bound counts the candidates per anchor
         (2B - 1, B, or separate + 1), None where that count is (``independent`` without ``separate``)."""

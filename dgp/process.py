@@ -103,6 +103,12 @@ def own_seed(config: Mapping[str, Any] | None, seed: int) -> tuple[Mapping[str, 
     return config, seed
 
 
+def mixed_rows(z: Tensor, z_pos: Tensor, z_neg: Tensor | None) -> Tensor:
+    """The latents of a batch as the rows of one mixing pass: z (B, n), z+ (B, n), then the negatives flattened to
+    (B·K or M, n)."""
+    return torch.cat([z, z_pos] + ([z_neg.reshape(-1, z.shape[-1])] if z_neg is not None else []))
+
+
 BLOCK_OPTIONS = ("modality_dim", "modalities")
 """Options that lay out the modality-specific latent blocks: a marginal and a conditional that both take one describe
 one layout (the content block's size is compared once both are built, :meth:`Process._check_blocks`)."""
@@ -251,14 +257,22 @@ class Process(nn.Module):
             return self._sample_views(batch_size, generator) if self.view_count > 1 else self._sample(batch_size, generator)
 
     def _sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        z, z_pos, z_neg = self.draw_latents(batch_size, generator)
+        return self.observed(z, z_pos, z_neg, self.mixing(mixed_rows(z, z_pos, z_neg)))
+
+    def draw_latents(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The latents of a single-view batch as :meth:`sample` draws them: anchors z (B, n), positives z+ (B, n)
+        and the separate negatives ((B, K, n), (M, n) or None); ``batch_size`` and ``generator`` checked by the
+        caller."""
         z = self.marginal.sample(batch_size, generator)
-        z_pos = self.conditional.sample(z, generator)
-        z_neg = self.negatives.sample(z, self.marginal, generator)
-        parts = [z, z_pos] + ([z_neg.reshape(-1, self.dim)] if z_neg is not None else [])
-        x_all = self.mixing(torch.cat(parts))
-        x, x_pos = x_all[:batch_size], x_all[batch_size : 2 * batch_size]
-        x_neg = x_all[2 * batch_size :].reshape(z_neg.shape) if z_neg is not None else None
-        return Batch(z, z_pos, z_neg, x, x_pos, x_neg)
+        return z, self.conditional.sample(z, generator), self.negatives.sample(z, self.marginal, generator)
+
+    def observed(self, z: Tensor, z_pos: Tensor, z_neg: Tensor | None, x_all: Tensor) -> Batch:
+        """The batch of latents from :meth:`draw_latents` with ``x_all``, the mixing of their
+        :func:`mixed_rows`."""
+        size = z.shape[0]
+        x_neg = x_all[2 * size :].reshape(z_neg.shape) if z_neg is not None else None
+        return Batch(z, z_pos, z_neg, x_all[:size], x_all[size : 2 * size], x_neg)
 
     def view_latents(self, z: Tensor, generator: torch.Generator) -> list[Tensor]:
         """The latent each view observes for anchors ``z (N, dim)``: z itself for view 1, for each view v >= 2

@@ -147,3 +147,18 @@ def test_steps_with_host_state_are_not_captured(overrides, why):
     config["train"]["capture"] = "graph"
     with pytest.raises(ValueError, match=f"train.capture=.graph.*{why}"):
         check(config)
+
+
+def test_a_stacked_pack_mixes_its_runs_in_one_pass_and_draws_what_each_run_draws_alone():
+    from identifiable_cl.solvers.packed import StackedPack
+
+    configs = [tiny_config(**{"dgp.dtype": "float64", "seed": seed}) for seed in (0, 1, 2)]
+    alone, pack = [build(c) for c in configs], StackedPack([build(c) for c in configs])
+    assert pack.mixings is not None
+    for _ in range(2):
+        for got, want in zip(pack.batches(), [c.batch() for c in alone]):
+            assert torch.equal(got.z, want.z) and torch.equal(got.z_pos, want.z_pos)
+            torch.testing.assert_close(got.x, want.x, rtol=1e-12, atol=1e-14)
+            torch.testing.assert_close(got.x_pos, want.x_pos, rtol=1e-12, atol=1e-14)
+    other = tiny_config(**{"dgp.dtype": "float64", "seed": 3, "dgp.mixing.slope": 0.3})
+    assert StackedPack([build(configs[0]), build(other)]).mixings is None  # two networks: each run mixes its own

@@ -15,7 +15,7 @@ returned as a device tensor.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -36,6 +36,18 @@ def split_encodings(h_all: Tensor, batch: dgp.Batch) -> tuple[Tensor, Tensor, Te
     size = batch.x.shape[0]
     h_neg = h_all[2 * size :].reshape(*batch.x_neg.shape[:-1], -1) if batch.x_neg is not None else None
     return h_all[:size], h_all[size : 2 * size], h_neg
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Within the block torch uses one CPU thread: a batch's draws are tens of operations on small tensors, which
+    more threads only slow down by synchronising. The draws are the same on any number of threads."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def compact(value: Any) -> Any:
@@ -90,15 +102,9 @@ class Solver:
         return loss.detach(), keys
 
     def batch(self) -> dgp.Batch:
-        """The next training batch (``train.batch_size`` anchors), drawn on one CPU thread: a batch is tens of
-        operations on small tensors, which more threads only slow down by synchronising. The draws are the
-        same on any number of threads."""
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        """The next training batch (``train.batch_size`` anchors), drawn on one CPU thread (:func:`one_thread`)."""
+        with one_thread():
             return self.process.sample(self.config["train"]["batch_size"], self.batches)
-        finally:
-            torch.set_num_threads(threads)
 
     def encodings(self, batch: dgp.Batch) -> tuple[Tensor, Tensor, Tensor | None]:
         """The loss's inputs (h, h_pos, h_neg) for ``batch`` in the process's dtype: one encoder pass over

@@ -5,7 +5,9 @@ clipping, p_change, the loss itself ...), not in the encoder's architecture, the
 batch size, the number of DGP negatives, device, dtype or precision (:func:`pack_key`).
 
 One packed step: each run draws its batch from its own process and generator, exactly as alone.
-Batched (:class:`StackedPack`, the default for a pack on a GPU), the K encoders' parameters and the K
+Batched (:class:`StackedPack`, the default for a pack on a GPU), the runs' latents are drawn so and their
+processes' mixings, where they are one network, mix every run's rows in one ``vmap`` pass; the K encoders'
+parameters and the K
 losses' learnt parameters live stacked (K, ...) for as long as the pack lasts: one encoder pass,
 ``torch.func.vmap`` over the stacked weights (torch's own batched matrix products,
 ``linear.blas_only``), each run's loss on its own encodings with its row of the stacked loss parameters,
@@ -30,7 +32,8 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from identifiable_cl.linear import blas_only
-from identifiable_cl.solvers.base import Solver, observations, split_encodings
+from dgp.process import mixed_rows
+from identifiable_cl.solvers.base import Solver, observations, one_thread, split_encodings
 from identifiable_cl.solvers.captured import GraphStep
 from identifiable_cl.solvers.stacked_adam import Slot, StackedAdam
 
@@ -118,6 +121,7 @@ class StackedPack:
         self.optimizer = StackedAdam(slots, self.steps, group["betas"], group["eps"])
         captured = first.config["train"]["capture"] == "graph"
         self.graph = GraphStep(self.work, [c.batches for c in cs], device, enabled=captured)
+        self.mixings = self._mixings()
         clips = [c.config["optim"]["grad_clip"] for c in cs]
         self.clip = None if all(c is None for c in clips) else torch.tensor(
             [math.inf if c is None else c for c in clips], dtype=torch.float64, device=device)
@@ -154,7 +158,7 @@ class StackedPack:
         with its row of the stacked loss parameters; the summed losses' gradient (each run's own), clipped per run
         to its ``optim.grad_clip``; one Adam step. The losses (K,) and each run's keys (its h_pos)."""
         cs = self.solvers
-        batches = [c.batch() for c in cs]
+        batches = self.batches()
         x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])
         buffers = {name: torch.stack([b for c in cs for n, b in c.encoder.named_buffers() if n == name])
                    for name, _ in cs[0].encoder.named_buffers()}
@@ -172,6 +176,31 @@ class StackedPack:
             self._clip()
         self.optimizer.step()
         return [torch.stack(losses).detach(), *(h_pos for _, h_pos, _ in encoded)]
+
+    def _mixings(self) -> tuple[dict[str, Tensor], dict[str, Tensor]] | None:
+        """The runs' frozen mixings stacked (K, ...) as (parameters, buffers), when they are one network of one
+        configuration and no views (else None: each run mixes its own batch)."""
+        configs = [c.process.config["mixing"] for c in self.solvers]
+        if any(config != configs[0] for config in configs) or self.solvers[0].process.view_count > 1:
+            return None
+        mixings = [c.process.mixing for c in self.solvers]
+        return tuple({name: torch.stack([dict(getattr(m, kind)())[name].detach() for m in mixings])
+                      for name, _ in getattr(mixings[0], kind)()} for kind in ("named_parameters", "named_buffers"))
+
+    def batches(self) -> list:
+        """Each run's next training batch, its latents drawn from its own process and stream as alone; the K
+        processes' mixings, where they are one network (:meth:`_mixings`), as one ``vmap`` pass over the stacked
+        rows (the draws are the same, the mixed rows equal to rounding)."""
+        cs = self.solvers
+        if self.mixings is None:
+            return [c.batch() for c in cs]
+        with one_thread():
+            latents = [c.process.draw_latents(c.config["train"]["batch_size"], c.batches) for c in cs]
+            rows = torch.stack([mixed_rows(*drawn) for drawn in latents])
+            mixing = cs[0].process.mixing
+            with torch.no_grad():
+                x_all = vmap(lambda p, b, r: functional_call(mixing, (p, b), (r,)))(*self.mixings, rows)
+        return [c.process.observed(*drawn, x) for c, drawn, x in zip(cs, latents, x_all)]
 
     @torch.no_grad()
     def _clip(self) -> None:

@@ -193,6 +193,30 @@ def check_views(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module
         fail("train.capture", "graph", f"{why}, and its step is not recorded as a CUDA graph: use eager")
 
 
+def check_eval_sizes(config: Mapping[str, Any], process: dgp.Process, encoder: nn.Module) -> None:
+    """The evaluation's sample sizes against what its fits need, each named by its key: a regression on h (the
+    encoder's d columns, or the observations' D for the identity baseline) needs at least d + 2 fit rows, and
+    correlations of the scored latent columns (with views: each view's changed blocks too, and the
+    permuted-content control at the final evaluation) with h one row more than either has columns."""
+    from identifiable_cl.evaluation.views import ViewSample
+
+    features = max([encoder.output_dim, *process.observed_dims])
+    columns = {final: process.dim if process.view_count == 1 else ViewSample(
+        process, 0, permuted=final and "content" in process.blocks).dim for final in (False, True)}
+    e = config["eval"]
+    for final, prefix in ((False, ""), (True, "final_")):
+        least = {"n_fit": features + 2, "n_test": max(columns[final], features) + 1}
+        for name, minimum in least.items():
+            if e[prefix + name] < minimum:
+                what = (f"the regressions on {features} columns need more rows than columns plus an intercept"
+                        if name == "n_fit" else f"correlating {columns[final]} scored latent columns with "
+                        f"{features} columns of h needs more rows than either has")
+                fail(f"eval.{prefix}{name}", e[prefix + name], f"must be >= {minimum}: {what}")
+    if e["in_sample_n"] is not None and e["in_sample_n"] < max(features + 2, max(columns[True], features) + 1):
+        fail("eval.in_sample_n", e["in_sample_n"], f"must be >= {max(features + 2, max(columns[True], features) + 1)}: "
+             "the in-sample scores fit and correlate on the same rows")
+
+
 def check(config: Mapping[str, Any]) -> RunSpec:
     """Everything :func:`build` and the first training step would reject, as a ValueError naming the key; the
     config as it runs (:func:`with_cross_defaults`, and ``encoder.normalize: auto`` resolved) as a
@@ -211,6 +235,7 @@ def check(config: Mapping[str, Any]) -> RunSpec:
     encoder, loss = encoder.to(process.dtype), loss.to(process.dtype)
     check_fit(config, encoder, loss)
     check_views(config, process, loss)
+    check_eval_sizes(config, process, encoder)
     batch_size = config["train"]["batch_size"]
     batch = process.sample(min(batch_size, 3), process.make_generator(0))
     try:

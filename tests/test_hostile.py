@@ -121,6 +121,9 @@ CASES = {
         "wandb.tags=[['a']] is invalid: entry 0 (['a']) is not a W&B tag: a string of 1 to 64 characters"),
     "a W&B tag longer than W&B takes": (
         ["config", "--wandb.tags=[ok," + "x" * 65 + "]"], {}, 2, "entry 1 ('xxxxx"),
+    "an evaluation with fewer rows than the columns it correlates": (
+        ["config", "--eval.n_test=10"], {}, 2,
+        "eval.n_test=10 is invalid: must be >= 11: correlating 10 scored latent columns with 10 columns of h needs"),
     "a negative time limit": (
         ["sweep", "submit", "s.yaml", "--cluster", "debug", "--timeout-min", "-1"],
         {"s.yaml": GRID + "  seed: {values: [0]}\n"}, 2, "--timeout-min -1: must be a whole number >= 1"),

@@ -175,3 +175,16 @@ def test_daunhawer2023_paper_scale_is_the_official_simulation():
     shared = experiment.config("multiview", "paper")
     assert shared["dgp"]["views"]["shared_mixing"] is True and shared["encoder"]["shared"] is True
     assert experiment.config("multimodal", "paper")["encoder"]["shared"] is False
+
+
+def test_the_evaluation_sizes_are_checked_against_every_view_s_columns_before_anything_runs():
+    from identifiable_cl.components import check
+
+    config = views_config()
+    process_columns = 30  # 20 latents, each further view's changed style block (5), the permuted content (5)
+    config["eval"]["final_n_test"] = process_columns
+    with pytest.raises(ValueError, match=rf"eval.final_n_test={process_columns} is invalid: must be >= "
+                                         rf"{process_columns + 1}: correlating {process_columns} scored latent"):
+        check(config)
+    config["eval"]["final_n_test"] = process_columns + 1
+    check(config)

@@ -132,16 +132,26 @@ def _check_block_options(cfg: Mapping[str, Any]) -> None:
                             "same")
 
 
+def allocation_failure(exc: BaseException) -> str | None:
+    """When ``exc`` is running out of memory (a MemoryError, torch's OutOfMemoryError, or the CPU allocator's
+    RuntimeError, whose text says it cannot allocate memory): its first line, or its type's name when it has no
+    text; else None."""
+    if not isinstance(exc, (MemoryError, torch.OutOfMemoryError)) and "allocate memory" not in str(exc):
+        return None
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 @contextlib.contextmanager
 def _memory_for(n: int, key: str) -> Iterator[None]:
     """A draw of ``n`` rows that runs out of memory ends as a ValueError naming ``key`` and ``n``, not as the
     allocator's error."""
     try:
         yield
-    except (MemoryError, torch.OutOfMemoryError, RuntimeError) as exc:
-        if not isinstance(exc, (MemoryError, torch.OutOfMemoryError)) and "can't allocate memory" not in str(exc):
+    except (MemoryError, RuntimeError) as exc:
+        first = allocation_failure(exc)
+        if first is None:
             raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{key}={n} is invalid: drawing that many rows needs more memory than this machine has "
                          f"({first}); draw fewer") from None
 

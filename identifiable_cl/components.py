@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 import dgp
 from dgp.checks import boolean, canonical, fail
@@ -40,7 +40,7 @@ from identifiable_cl.config import (
     resolve_config_path,
     validate,
 )
-from identifiable_cl.encoders import ENCODERS, ViewEncoders, view_encoder
+from identifiable_cl.encoders import ENCODERS, ViewEncoders
 from identifiable_cl.losses import LOSSES
 from identifiable_cl.solvers import Solver, solver_class
 from identifiable_cl.solvers.base import observations, split_encodings
@@ -278,9 +278,9 @@ def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Solv
     try:
         return _assemble(config, process)
     except (MemoryError, RuntimeError) as exc:
-        if not isinstance(exc, (MemoryError, torch.OutOfMemoryError)) and "allocate memory" not in str(exc):
+        first = dgp.process.allocation_failure(exc)
+        if first is None:
             raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"out of memory while building the run ({first}); its largest sizes: {largest_sizes(config)}: "
                          "make the one that dominates smaller (nothing was written)") from None
 
@@ -355,6 +355,8 @@ def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_
     file). To resume, ``train.steps`` may not fall below the step reached. Every problem (a missing, foreign,
     truncated or edited file) is a ValueError naming the file.
     """
+    if mode not in CHANGEABLE:
+        raise ValueError(f"mode={mode!r} is invalid: allowed: {', '.join(CHANGEABLE)}")
     if mode == "evaluate":
         refuse_overrides(mode, overrides or {})
     if not isinstance(run_dir, (str, Path)):

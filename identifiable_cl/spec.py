@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-MODES = ("new", "resume", "evaluate")
 CHANGEABLE: dict[str, tuple[str, ...]] = {"resume": ("train", "eval", "device", "wandb"), "evaluate": ("eval",)}
 """The top-level config keys an override may change when a saved run is opened to resume or to evaluate."""
 REFUSED = {

@@ -48,3 +48,10 @@ def test_a_spec_edited_after_its_check_is_checked_again():
     assert not spec.unchanged()
     with pytest.raises(ValueError, match="train.batch_size"):
         build(spec)
+
+
+def test_a_saved_run_opened_in_an_unknown_mode_is_one_clear_error(tmp_path):
+    from identifiable_cl.components import load_run
+
+    with pytest.raises(ValueError, match="^mode='train' is invalid: allowed: resume, evaluate$"):
+        load_run(tmp_path, mode="train")

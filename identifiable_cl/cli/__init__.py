@@ -74,8 +74,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    import torch
-
     from identifiable_cl.stops import Interrupted, NonFiniteLoss
 
     args.overrides = overrides
@@ -97,11 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{name}: interrupted; files already written are kept", file=sys.stderr)
         return 130
-    except (MemoryError, torch.OutOfMemoryError) as exc:
-        print(f"{name}: {out_of_memory(exc)}", file=sys.stderr)
-        return 1
-    except RuntimeError as exc:
-        if "allocate memory" not in str(exc):  # the CPU allocator's out-of-memory error
+    except (MemoryError, RuntimeError) as exc:  # torch's OutOfMemoryError is a RuntimeError
+        from dgp.process import allocation_failure
+
+        if allocation_failure(exc) is None:
             raise
         print(f"{name}: {out_of_memory(exc)}", file=sys.stderr)
         return 1

@@ -70,6 +70,13 @@ def check_packable(cs: Sequence[Solver]) -> None:
             )
 
 
+def by_name(modules: Sequence[nn.Module], kind: str) -> dict[str, list[Tensor]]:
+    """Each named tensor of ``kind`` (``named_parameters`` or ``named_buffers``) of the K ``modules``, which share
+    their names, as the list of the K modules' tensors of that name, in the order of the first module."""
+    named = [dict(getattr(module, kind)()) for module in modules]
+    return {name: [tensors[name] for tensors in named] for name in named[0]}
+
+
 def unbatched_because(cs: Sequence[Solver]) -> str | None:
     """Why the runs ``cs`` cannot step as one computation along a run axis, or None: a run's own step needs
     passes of its own (:attr:`~identifiable_cl.solvers.base.Solver.unbatched_because`), or their losses' learnt
@@ -114,10 +121,9 @@ class StackedPack:
                 self.steps[k] = state["step"].to(device)
         self.encoder: dict[str, Tensor] = {}
         self.loss: dict[str, Tensor] = {}
-        slots = [self._stack(name, [p for c in cs for n, p in c.encoder.named_parameters() if n == name], self.encoder)
-                 for name, _ in first.encoder.named_parameters()]
-        slots += [self._stack(name, [p for c in cs for n, p in c.loss.named_parameters() if n == name], self.loss)
-                  for name, _ in first.loss.named_parameters()]
+        slots = [self._stack(name, own, into)
+                 for modules, into in (([c.encoder for c in cs], self.encoder), ([c.loss for c in cs], self.loss))
+                 for name, own in by_name(modules, "named_parameters").items()]
         self.optimizer = StackedAdam(slots, self.steps, group["betas"], group["eps"])
         captured = first.config["train"]["capture"] == "graph"
         self.graph = GraphStep(self.work, [c.batches for c in cs], device, enabled=captured)
@@ -160,8 +166,7 @@ class StackedPack:
         cs = self.solvers
         batches = self.batches()
         x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])
-        buffers = {name: torch.stack([b for c in cs for n, b in c.encoder.named_buffers() if n == name])
-                   for name, _ in cs[0].encoder.named_buffers()}
+        buffers = {name: torch.stack(own) for name, own in by_name([c.encoder for c in cs], "named_buffers").items()}
         with cs[0].precision(), blas_only():
             h_all = vmap(lambda p, b, rows: functional_call(cs[0].encoder, (p, b), (rows,)))(self.encoder, buffers, x)
         h_all = h_all.to(cs[0].process.dtype)
@@ -170,12 +175,13 @@ class StackedPack:
         for k, (c, inputs) in enumerate(zip(cs, encoded)):
             with c.loss_memory():
                 losses.append(functional_call(c.loss, {n: stack[k] for n, stack in self.loss.items()}, inputs))
+        stacked = torch.stack(losses)
         self.optimizer.zero_grad()
-        torch.stack(losses).sum().backward()
+        stacked.sum().backward()
         if self.clip is not None:
             self._clip()
         self.optimizer.step()
-        return [torch.stack(losses).detach(), *(h_pos for _, h_pos, _ in encoded)]
+        return [stacked.detach(), *(h_pos for _, h_pos, _ in encoded)]
 
     def _mixings(self) -> tuple[dict[str, Tensor], dict[str, Tensor]] | None:
         """The runs' frozen mixings stacked (K, ...) as (parameters, buffers), when they are one network of one
@@ -184,8 +190,8 @@ class StackedPack:
         if any(config != configs[0] for config in configs) or self.solvers[0].process.view_count > 1:
             return None
         mixings = [c.process.mixing for c in self.solvers]
-        return tuple({name: torch.stack([dict(getattr(m, kind)())[name].detach() for m in mixings])
-                      for name, _ in getattr(mixings[0], kind)()} for kind in ("named_parameters", "named_buffers"))
+        return tuple({name: torch.stack([t.detach() for t in own]) for name, own in by_name(mixings, kind).items()}
+                     for kind in ("named_parameters", "named_buffers"))
 
     def batches(self) -> list:
         """Each run's next training batch, its latents drawn from its own process and stream as alone; the K

@@ -368,7 +368,7 @@ def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_
     if need_checkpoint and not checkpoint.is_file():
         raise ValueError(f"{str(run_dir)!r} has no {rundir.CHECKPOINT}: the run never reached its first step")
     config, saved = rundir.read_config(run_dir), rundir.load_torch(run_dir / rundir.DGP)
-    meta = rundir.read_json(run_dir / rundir.META, missing_ok=True)
+    meta = rundir.read_meta(run_dir)
     try:
         config, saved = migrate(config, saved, schema_version(meta))
     except ValueError as exc:

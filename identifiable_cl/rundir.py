@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -345,6 +345,46 @@ def meta(device: torch.device, matmul: str | None = None) -> dict[str, Any]:
         "host": socket.gethostname(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _started(value: Any) -> bool:
+    try:
+        time.strptime(value, "%Y-%m-%dT%H:%M:%S%z")
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+META_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "version": ("a version string", _text),
+    "git_revision": ("a git revision or null", lambda v: v is None or _text(v)),
+    "command": ("the command line, a list of strings", lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v)),
+    "device": ("a device name", _text),
+    "torch": ("a version string", _text),
+    "matmul": ("a matmul backend or null", lambda v: v is None or _text(v)),
+    "python": ("a version string", _text),
+    "host": ("a host name", _text),
+    "started": ("a time as 2026-01-31T12:00:00+0000", _started),
+}
+"""What :func:`meta` writes in each field of ``meta.json`` but its schema version (which
+:func:`identifiable_cl.migration.schema_version` reads), and a test of it."""
+
+
+def read_meta(run_dir: Path) -> dict[str, Any] | None:
+    """``meta.json`` of ``run_dir`` (None when missing), every field of :data:`META_FIELDS` checked where present:
+    a field that holds something else is a ValueError naming the file, the field, the value and what it holds."""
+    path = Path(run_dir) / META
+    found = read_json(path, missing_ok=True)
+    for name, (holds, fits) in META_FIELDS.items():
+        if found is not None and name in found and not fits(found[name]):
+            shown = repr(found[name])
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise ValueError(f"{path}: {name}={shown} is not what a run writes there ({holds})")
+    return found
 
 
 def is_run_dir(path: Path) -> bool:

@@ -8,6 +8,7 @@ command line's ``main`` in this process, and for a few cases also as a real ``ic
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import signal
@@ -146,6 +147,13 @@ def one_dimensional_readout(run: Path) -> None:
     np.savez(run / rundir.READOUT, z=np.zeros(5), z_hat=np.zeros(5), r2_per_dim=np.zeros(5))
 
 
+def meta_field(name: str, value) -> callable:
+    def damage(run: Path) -> None:
+        meta = json.loads((run / rundir.META).read_text())
+        (run / rundir.META).write_text(json.dumps({**meta, name: value}))
+    return damage
+
+
 RUN_CASES = {
     "plot of a readout with one-dimensional latents": (
         ["plot", "run"], one_dimensional_readout, 2,
@@ -163,6 +171,12 @@ RUN_CASES = {
     "resume of metrics holding a word": (
         ["train", "--resume", "run"], damaged_metrics('{"step": 30, "loss": "high"}'), 2,
         "metrics.jsonl: line 3: loss='high' is not a metric value"),
+    "evaluate of a run whose meta.json holds a number as its command": (
+        ["evaluate", "run"], meta_field("command", 5), 2,
+        "meta.json: command=5 is not what a run writes there (the command line, a list of strings)"),
+    "resume of a run whose meta.json started at no time": (
+        ["train", "--resume", "run", "--train.steps=30"], meta_field("started", "yesterday"), 2,
+        "meta.json: started='yesterday' is not what a run writes there (a time as 2026-01-31T12:00:00+0000)"),
     "plot of metrics out of order": (
         ["plot", "run"], damaged_metrics('{"step": 5, "loss": 1.0}'), 2,
         "metrics.jsonl: line 3: step 5 does not follow step 20"),

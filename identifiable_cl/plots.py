@@ -26,6 +26,7 @@ canvas, so no display and no global pyplot state is involved.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -50,6 +51,27 @@ IN_SAMPLE = "_in_sample"
 """Suffix of the metrics scored on their own fit sample (``eval.in_sample_n``)."""
 MAX_POINTS = 2000
 """Points drawn per scatter panel (an evenly spaced subset of the test sample)."""
+CHANCES = {key: metric.chance for metric in catalog.ordered() if metric.headline
+           for key in (metric.columns or {metric.key: metric.label})}
+"""Headline metric key -> the chance level its catalog entry states (None where it states none, e.g. MCC)."""
+SCORE_LIMITS = (0.0, 1.0)
+"""The one y-axis of every score panel of an experiment figure (R², MCC, DCI: at most 1). A score below 0
+(an R² worse than predicting the mean) is not drawn below the axis but written as a number at its floor, so
+every panel of every figure reads on the same scale and a bar's height compares across panels."""
+LOSS_FAMILIES: dict[str, tuple[str, ...]] = {
+    "InfoNCE": ("infonce", "aninfonce", "hard_negative"),
+    "NCE / NWJ": ("nce", "nwj"),
+    "spectral (SCL)": ("scl",),
+    "margin / triplet": ("margin", "triplet"),
+    "ensemble": ("ensemble",),
+    "nonlinear ICA (PCL, TCL, GCL)": ("pcl", "tcl", "gcl"),
+}
+"""Families of losses by ``loss.name``: the experiment figures colour each run by its loss's family (InfoNCE's
+variants, decoupled and MoCo included, are options of ``infonce``)."""
+OTHER_FAMILY = "other loss"
+"""The family of a loss no family lists (a plugin's)."""
+FAMILY_COLOURS = dict(zip((*LOSS_FAMILIES, OTHER_FAMILY), ("tab:blue", "tab:orange", "tab:purple", "tab:green",
+                                                            "tab:red", "tab:brown", "tab:gray")))
 
 
 def metric_label(key: str) -> str:
@@ -97,6 +119,37 @@ def view_metrics(record: Mapping[str, Any]) -> list[str]:
     keys = [view_key(v, f"{kind}_{b}") for b in blocks for v in views]
     keys += [view_key(v, f"permuted_{kind}_content") for v in views]
     return [k for k in keys if k in record]
+
+
+def loss_family(loss_name: str) -> str:
+    """The family (:data:`LOSS_FAMILIES`) of the loss named ``loss_name``; :data:`OTHER_FAMILY` when none lists it."""
+    return next((family for family, names in LOSS_FAMILIES.items() if loss_name in names), OTHER_FAMILY)
+
+
+def score_metric(key: str) -> str | None:
+    """The headline metric of the catalog behind summary key ``key`` when it is a recovery score: the key itself,
+    or with its view (``view2_``), control (``permuted_``), block (``_content``) or in-sample part taken off;
+    None for keys that are not scores (bounds in nats, log K ...)."""
+    key = re.sub(r"^(view\d+_)?(permuted_)?", "", key.removesuffix(IN_SAMPLE))
+    if key in CHANCES:
+        return key
+    return next((prefix[:-1] for prefix in BLOCK_PREFIXES if key.startswith(prefix)), None)
+
+
+def chance_level(key: str) -> float | None:
+    """The chance level the catalog states for the score ``key`` (:func:`score_metric`); None where it states
+    none (MCC's depends on the sample size and the process) or ``key`` is no score."""
+    metric = score_metric(key)
+    return None if metric is None else CHANCES[metric]
+
+
+def score_axis(ax, xs: Sequence[float], values: Sequence[float | None]) -> None:
+    """Put ``ax`` on :data:`SCORE_LIMITS` and write each value below the floor (at ``xs``) as a number there."""
+    ax.set_ylim(*SCORE_LIMITS)
+    for x, value in zip(xs, values):
+        if value is not None and value < SCORE_LIMITS[0]:
+            ax.annotate(f"{value:.2f}", (x, SCORE_LIMITS[0]), xytext=(0, 2), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=7, rotation=90)
 
 
 def reference_key(key: str) -> str | None:

@@ -174,3 +174,96 @@ def test_block_aware_mcc_bar_comes_with_its_random_rotation_reference():
     (xy,) = segment.get_segments()
     assert list(xy[:, 1]) == [0.79, 0.79] and xy[0, 0] < 1.0 < xy[1, 0]  # over the block-aware MCC bars only
     assert "random rotation (block-aware MCC)" in [t.get_text() for t in scores.get_legend().get_texts()]
+
+
+def _results(scores):
+    """RunResults per label from ``{label: [summary of each seed]}``."""
+    from pathlib import Path
+
+    from identifiable_cl.aggregate import Run
+    from identifiable_cl.reproduce.report import RunResults
+
+    return {label: RunResults(label, [Run(Path(label), {}, (), summary) for summary in summaries])
+            for label, summaries in scores.items()}
+
+
+def _bars(results, metrics, losses=None):
+    from identifiable_cl.reproduce.report import _bars_figure
+
+    fig = _bars_figure({"runs": list(results), "metrics": metrics}, results, losses)
+    return fig, dict(zip(metrics, fig.axes))
+
+
+def test_score_panels_of_an_experiment_figure_share_one_axis_from_zero_to_one():
+    results = _results({"a": [{"r2_linear": 0.02, "mcc_pearson": 0.9, "r2_nonlinear_content": 0.5,
+                               "mi_infonce_bound": 5.0}],
+                        "b": [{"r2_linear": 0.03, "mcc_pearson": 0.95, "r2_nonlinear_content": 0.6,
+                               "mi_infonce_bound": 6.0}]})
+    _, axes = _bars(results, ["r2_linear", "mcc_pearson", "r2_nonlinear_content", "mi_infonce_bound"])
+    assert axes["r2_linear"].get_ylim() == axes["mcc_pearson"].get_ylim() == axes["r2_nonlinear_content"].get_ylim()
+    assert axes["r2_linear"].get_ylim() == (0.0, 1.0)  # a block at 0.02 stays small beside one at 0.9
+    assert axes["mi_infonce_bound"].get_ylim()[1] > 6.0  # a bound in nats keeps its own scale
+
+
+def test_a_score_below_zero_is_written_at_the_floor_not_drawn_below_it():
+    results = _results({"a": [{"r2_linear": -0.3}], "b": [{"r2_linear": 0.7}]})
+    _, axes = _bars(results, ["r2_linear"])
+    ax = axes["r2_linear"]
+    assert ax.get_ylim() == (0.0, 1.0)
+    (note,) = ax.texts
+    assert note.get_text() == "-0.30" and note.xy == (0, 0.0)
+
+
+def test_each_bar_has_its_identity_baseline_and_r2_its_stated_chance_level():
+    results = _results({"a": [{"r2_linear": 0.8, "identity_r2_linear": 0.6, "mcc_pearson": 0.7, "identity_mcc_pearson": 0.4},
+                              {"r2_linear": 0.9, "identity_r2_linear": 0.6, "mcc_pearson": 0.7, "identity_mcc_pearson": 0.4}],
+                        "b": [{"r2_linear": 0.5, "identity_r2_linear": 0.65, "mcc_pearson": 0.3, "identity_mcc_pearson": 0.45}],
+                        "c": [{"r2_linear": 0.1, "mcc_pearson": 0.2}]})  # a run from before baselines were recorded
+    _, axes = _bars(results, ["r2_linear", "mcc_pearson"])
+    for metric, expected in (("r2_linear", [0.6, 0.65]), ("mcc_pearson", [0.4, 0.45])):
+        ax = axes[metric]
+        (baseline,) = [line for line in ax.lines if line.get_label() == "identity g(z)"]
+        centres = [bar.get_x() + bar.get_width() / 2 for bar in ax.patches]
+        assert list(baseline.get_xdata()) == centres  # one marker over each bar
+        assert baseline.get_ydata()[:2] == pytest.approx(expected) and np.isnan(baseline.get_ydata()[2])
+        assert baseline.get_marker() == "_"
+    (chance,) = [line for line in axes["r2_linear"].lines if line.get_label().startswith("chance")]
+    assert list(chance.get_ydata()) == [0.0, 0.0] and chance.get_label() == "chance (0)"
+    assert not [line for line in axes["mcc_pearson"].lines if line.get_label().startswith("chance")]  # none stated
+
+
+def test_runs_are_coloured_by_the_family_of_their_loss():
+    from matplotlib.colors import to_rgba
+
+    from identifiable_cl.plots import FAMILY_COLOURS, OTHER_FAMILY, loss_family
+
+    losses = {"infonce": "infonce", "aninfonce": "aninfonce", "nce": "nce", "triplet": "triplet",
+              "margin": "margin", "pcl": "pcl", "plugin": "someone_elses"}
+    results = _results({label: [{"r2_linear": 0.5}] for label in losses})
+    fig, axes = _bars(results, ["r2_linear"], losses)
+    colour = {label: bar.get_facecolor() for label, bar in zip(losses, axes["r2_linear"].patches)}
+    assert colour["infonce"] == colour["aninfonce"] and colour["triplet"] == colour["margin"]
+    family_colours = [colour[label] for label in ("infonce", "nce", "triplet", "pcl", "plugin")]
+    assert len(set(family_colours)) == 5
+    assert colour["plugin"] == to_rgba(FAMILY_COLOURS[OTHER_FAMILY]) and loss_family("someone_elses") == OTHER_FAMILY
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "InfoNCE", "NCE / NWJ", "margin / triplet", "nonlinear ICA (PCL, TCL, GCL)", OTHER_FAMILY]
+
+
+def test_an_experiments_bar_figure_takes_each_runs_loss_from_its_config():
+    from pathlib import Path
+
+    from identifiable_cl.reproduce.experiment import parse_experiment
+    from identifiable_cl.reproduce.report import FIGURES
+
+    raw = {"name": "toy", "title": "toy", "paper": "nobody", "reference_source": "none",
+           "base": {"loss.name": "infonce"}, "scales": {"paper": {}, "smoke": {}},
+           "runs": [{"label": "a", "description": "a"}, {"label": "b", "description": "b", "overrides": {"loss.name": "nce"}},
+                    {"label": "c", "description": "c", "overrides": {"loss.name": "aninfonce"}}],
+           "metrics": ["r2_linear"]}
+    experiment = parse_experiment(raw, Path("."), "toy.yaml")
+    results = _results({label: [{"r2_linear": 0.5}] for label in "abc"})
+    fig = FIGURES["bars"]({"runs": ["a", "b", "c"], "metrics": ["r2_linear"]}, results, experiment, "smoke")
+    a, b, c = (bar.get_facecolor() for bar in fig.axes[0].patches)
+    assert a == c != b

@@ -11,7 +11,14 @@ Figures listed in ``experiment.yaml`` (``figures:``), each a PNG in ``OUT/figure
   each series' final summary metric (mean ± std over seeds) against the value of its
   config key ``x`` in each run, e.g. recovery against the hard-negative β.
 - ``kind: bars`` — ``runs: [labels]``, ``metrics: [keys]``: one panel per metric, one bar per
-  run (its final summary metric, mean ± std over seeds), e.g. recovery by loss on one process.
+  run (its final summary metric, mean ± std over seeds), e.g. recovery by loss on one process;
+  each bar coloured by its loss's family (``plots.LOSS_FAMILIES``, legend under the panels),
+  with a black dash at its identity baseline g(z) and the chance level the metric catalog states
+  (R²: 0, dotted; MCC states none, so its panels show the identity baseline only).
+
+The score panels (R², MCC, DCI, per block, view or control) of ``against`` and ``bars`` figures all
+share one y-axis, ``plots.SCORE_LIMITS`` = [0, 1], so a bar at 0.02 looks small beside one at 0.9
+in any panel; a score below 0 is written as a number at the axis floor instead of drawn.
 
 A metric with a chance reference (``plots.REFERENCES``: block-aware MCC, whose reference is
 the score of a random rotation of z on the same held-out latents) has it beside it in the
@@ -31,7 +38,15 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from identifiable_cl import rundir
-from identifiable_cl.plots import REFERENCE_LABEL, REFERENCES
+from identifiable_cl.plots import (
+    FAMILY_COLOURS,
+    REFERENCE_LABEL,
+    REFERENCES,
+    chance_level,
+    loss_family,
+    score_axis,
+    score_metric,
+)
 from identifiable_cl.reproduce.claims import Verdict, tally
 from identifiable_cl.reproduce.experiment import Experiment
 from identifiable_cl.reproduce.population import PopulationCheck, section as population_section
@@ -239,6 +254,7 @@ def _against_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults], 
     fig = Figure(figsize=(4.5 * len(metrics), 3.8), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics):
+        drawn: list[tuple[float, float]] = []
         for series in spec["series"]:
             points = []
             for label in series["runs"]:
@@ -246,6 +262,7 @@ def _against_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults], 
                 mean, std = results[label].mean(metric), results[label].std(metric)
                 if isinstance(x, (int, float)) and mean is not None:
                     points.append((float(x * series.get("scale", 1.0)), mean, std or 0.0))
+            drawn += [(x, y) for x, y, _ in points]
             if points:
                 xs, ys, es = zip(*sorted(points))
                 bars = ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=series["label"])
@@ -255,6 +272,8 @@ def _against_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults], 
                                label=f"{series['label']}: {REFERENCE_LABEL}")
         if isinstance(spec.get("vline"), (int, float)):
             ax.axvline(spec["vline"], color="black", ls="--", lw=0.8)
+        if score_metric(metric) is not None:
+            score_axis(ax, [x for x, _ in drawn], [y for _, y in drawn])
         ax.set(title=metric, xlabel=spec.get("xlabel", "x"))
         if ax.has_data():
             ax.legend(fontsize=8)
@@ -263,32 +282,60 @@ def _against_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults], 
     return fig
 
 
-def _bars_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults]):
+def _bars_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults], losses: Mapping[str, str] | None = None):
+    """One panel per metric, one bar per run (mean over seeds, grey whisker ± one std) coloured by the family of its loss
+    (``losses``: run label -> ``loss.name``; a run without one is drawn as ``plots.OTHER_FAMILY``), a black dash
+    across each bar at its identity baseline g(z) (``identity_<metric>``, mean over seeds), the chance level the
+    metric catalog states as a dotted line (R²: 0; MCC states none, so its panels have no such line), and a
+    measured chance reference (block-aware MCC's random rotation) as a dashed one. Score panels share
+    ``plots.SCORE_LIMITS``."""
     from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
 
     runs, metrics = spec["runs"], spec["metrics"]
-    fig = Figure(figsize=(max(4.5, 0.45 * len(runs) + 1.5) * len(metrics), 4.6), layout="constrained")
+    families = [loss_family((losses or {}).get(label, "")) for label in runs]
+    fig = Figure(figsize=(max(4.5, 0.45 * len(runs) + 1.5) * len(metrics), 4.8), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    xs = list(range(len(runs)))
     for ax, metric in zip(axes, metrics):
         means = [results[label].mean(metric) for label in runs]
         stds = [results[label].std(metric) or 0.0 for label in runs]
-        xs = range(len(runs))
-        ax.bar(xs, [math.nan if m is None else m for m in means], yerr=stds, capsize=3, color="tab:blue")
-        ax.set_xticks(list(xs), runs, rotation=60, ha="right", fontsize=8)
+        ax.bar(xs, [math.nan if m is None else m for m in means], yerr=stds, error_kw={"ecolor": "0.35", "lw": 1},
+               color=[FAMILY_COLOURS[f] for f in families])
+        baselines = [results[label].mean(f"identity_{metric}") for label in runs]
+        if any(b is not None for b in baselines):
+            ax.plot(xs, [math.nan if b is None else b for b in baselines], ls="none", marker="_", ms=18, mew=2.5,
+                    color="black", label="identity g(z)")
+        stated = chance_level(metric)
+        if stated is not None:
+            ax.axhline(stated, color="black", ls=":", lw=1.2, label=f"chance ({stated:g})")
         chances = [c for label in runs if (c := results[label].chance(metric)) is not None]
         if chances:
             ax.axhline(statistics.fmean(chances), color="black", ls="--", lw=1.0, label=REFERENCE_LABEL)
+        ax.set_xticks(xs, runs, rotation=60, ha="right", fontsize=8)
+        if score_metric(metric) is not None:
+            score_axis(ax, xs, means)
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
         ax.set(title=metric)
     axes[0].set_ylabel(spec.get("ylabel", "held-out score"))
+    shown = dict.fromkeys(families)
+    fig.legend(handles=[Patch(color=FAMILY_COLOURS[f], label=f) for f in shown], loc="outside lower center",
+               ncols=len(shown), fontsize=8, title="loss family", title_fontsize=8)
     if spec.get("title"):
         fig.suptitle(spec["title"])
     return fig
 
 
+def loss_names(experiment: Experiment, scale: str, labels: Sequence[str]) -> dict[str, str]:
+    """Run label -> its ``loss.name`` at ``scale`` (what the bar figures colour by)."""
+    return {label: experiment.config(label, scale)["loss"]["name"] for label in labels}
+
+
 FIGURES = {"curves": lambda spec, results, experiment, scale: _curves_figure(spec, results),
            "against": _against_figure,
-           "bars": lambda spec, results, experiment, scale: _bars_figure(spec, results)}
+           "bars": lambda spec, results, experiment, scale: _bars_figure(
+               spec, results, loss_names(experiment, scale, spec["runs"]))}
 """How each kind of figure is drawn."""
 
 

@@ -25,8 +25,8 @@ SINGLE_VIEW: dict[str, Any] = {"name": "single"}
 DTYPE_NAMES = ("float32", "float64")
 """The floating types a process computes in (``dgp.dtype``)."""
 
-BUILTIN_MODULES = ("dgp.spaces", "dgp.marginals", "dgp.conditionals", "dgp.content_style", "dgp.ar1", "dgp.negatives",
-                   "dgp.mixing", "dgp.views")
+BUILTIN_MODULES = ("dgp.spaces", "dgp.marginals", "dgp.conditionals", "dgp.content_style", "dgp.ar1", "dgp.partial",
+                   "dgp.segments", "dgp.negatives", "dgp.mixing", "dgp.views")
 """The modules that register the package's own components; a registry imports them when first queried."""
 
 SAMPLERS = (1, 2)

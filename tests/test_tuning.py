@@ -4,15 +4,36 @@ becomes, and a tiny end-to-end reproduction whose seeds run with the best tuning
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from identifiable_cl import rundir
-from identifiable_cl.reproduce import reproduce
-from identifiable_cl.reproduce.experiment import TUNING_AT_TINY, check_experiment, load_experiment, parse_experiment
-from identifiable_cl.reproduce.tuning import BEST, TUNING, read_best
+from identifiable_cl.cli import main
+from identifiable_cl.reproduce import reproduce, tuning
+from identifiable_cl.reproduce.experiment import (
+    TUNING_AT_TINY,
+    check_experiment,
+    experiment_names,
+    load_experiment,
+    parse_experiment,
+)
+from identifiable_cl.reproduce.tuning import (
+    BEST,
+    SHIPPED,
+    SHIPPED_SOURCE,
+    TUNED_SOURCE,
+    TUNING,
+    choose,
+    edge,
+    edges,
+    read_best,
+    read_shipped,
+    section,
+    summary_line,
+)
 from identifiable_cl.sweeps.local import PARAMS, RUN, read_params
 from identifiable_cl.sweeps.spec import parse_sweep
 
@@ -124,3 +145,125 @@ def test_tiny_reproduction_tunes_then_runs_the_seeds_with_the_best_values(tmp_pa
     (out / TUNING / BEST).write_text("{not json")
     with pytest.raises(ValueError, match="unreadable tuning results"):
         read_best(out)
+
+
+SHIPPED_VALUES = {"smoke": {"tuned": {"loss.tau": 0.17, "optim.lr": 0.001}}}
+
+
+def shipped_experiment(folder: Path, shipped=SHIPPED_VALUES, **changes) -> Path:
+    """The toy experiment in ``folder`` with ``shipped`` as its tuned.yaml (none when None)."""
+    folder.mkdir()
+    (folder / "experiment.yaml").write_text(yaml.safe_dump(raw_experiment(**changes)))
+    if shipped is not None:
+        (folder / SHIPPED).write_text(yaml.safe_dump(shipped))
+    return folder
+
+
+def test_every_experiments_shipped_values_are_valid_and_the_recorded_edges_are_flagged():
+    for name in experiment_names():
+        read_shipped(load_experiment(name))
+    e = load_experiment("contrastive_losses")
+    shipped = read_shipped(e)
+    assert set(shipped["smoke"]) == {run.label for run in e.runs}  # every table row of RESULTS.md
+    assert shipped["smoke"]["sphere_nce"] == {"loss.tau": 0.295, "optim.lr": 0.002165}
+    assert shipped["medium"]["sphere_infonce_one_sided"]["loss.tau"] == 0.0302
+    assert edges(e, "sphere_infonce_one_sided", shipped["medium"]["sphere_infonce_one_sided"]) == {"loss.tau": "lower"}
+    assert edges(e, "sphere_infonce", shipped["smoke"]["sphere_infonce"]) == {}
+
+
+@pytest.mark.parametrize("shipped,message", [
+    ({"mediun": {"tuned": {"loss.tau": 0.2, "optim.lr": 0.001}}}, r": 'mediun' is not a scale of experiment toy_tuned; "
+                                                                  r"the file maps its scales \(paper, smoke\)"),
+    ({"tuned": {"loss.tau": 0.2, "optim.lr": 0.001}}, r": 'tuned' is not a scale of experiment toy_tuned"),  # no scale
+    ({"smoke": {"tunned": {"loss.tau": 0.2}}}, r": smoke\.tunned: not a run of experiment toy_tuned; runs: tuned, fixed"),
+    ({"smoke": {"fixed": {"loss.tau": 0.2}}}, r": smoke\.fixed: run fixed is not tuned"),
+    ({"smoke": {"tuned": {"loss.tau": 0.2, "optim.lr": 0.001, "loss.margin": 1.0}}},
+     r": smoke\.tuned\.loss\.margin=1\.0: run tuned does not tune loss\.margin; it tunes loss\.tau, optim\.lr"),
+    ({"smoke": {"tuned": {"loss.tau": 5.0, "optim.lr": 0.001}}},
+     r": smoke\.tuned\.loss\.tau=5\.0 is outside the range its run searches: 0\.05 to 1"),
+    ({"smoke": {"tuned": {"loss.tau": "3e-1", "optim.lr": 0.001}}}, r": smoke\.tuned\.loss\.tau='3e-1' is invalid: a number"),
+    ({"smoke": {"tuned": {"loss.tau": 0.2}}}, r": smoke\.tuned: no value for optim\.lr \(run tuned tunes loss\.tau, optim\.lr\)"),
+    ({"smoke": None}, r": smoke=None is invalid: a mapping of tuned run labels"),
+])
+def test_bad_shipped_values_are_one_line_naming_the_file_entry_and_value(tmp_path, capsys, shipped, message):
+    folder = shipped_experiment(tmp_path / "toy_tuned", shipped)
+    with pytest.raises(ValueError, match=re.escape(str(folder / SHIPPED)) + message):
+        read_shipped(load_experiment(folder))
+    assert main(["reproduce", str(folder), "--scale", "tiny", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(folder / SHIPPED) in err
+    assert not (tmp_path / "out").exists()  # checked before anything runs
+
+
+def test_a_value_on_the_edge_of_its_range_is_flagged():
+    assert edge(TAU, 0.05) == "lower" and edge(TAU, 0.0502) == "lower" and edge(TAU, 0.98) == "upper"
+    assert edge(TAU, 0.2) is None and edge(TAU, 0.06) is None  # 0.06 is 6% of the log range from 0.05
+    linear = {"distribution": "uniform", "min": 0.0, "max": 10.0}
+    assert edge(linear, 0.1) == "lower" and edge(linear, 0.3) is None and edge(linear, 9.9) == "upper"
+    assert edge({"values": [0.1, 0.3, 1.0]}, 0.1) == "lower" and edge({"values": [0.1, 0.3, 1.0]}, 0.3) is None
+    assert edge({"values": [0.1, 1.0]}, 1.0) is None  # two choices: every choice is an end
+    assert edge({"values": ["cosine", "l2", "l1"]}, "l1") is None
+
+
+def test_shipped_values_skip_tuning_and_retune_tunes_every_run(tmp_path, monkeypatch):
+    e = load_experiment(shipped_experiment(tmp_path / "toy_tuned", {"smoke": {"tuned": {"loss.tau": 0.0505,
+                                                                                         "optim.lr": 0.001}}}))
+    tuned_afresh = []
+
+    def fake_tune(experiment, scale, out, labels, workers, echo):
+        tuned_afresh.append(list(labels))
+        return {label: {"values": {"loss.tau": 0.3, "optim.lr": 0.002}, "metric": 0.5, "metric_name": "mcc_pearson",
+                        "runs": 2, "source": TUNED_SOURCE} for label in labels}
+
+    monkeypatch.setattr(tuning, "tune", fake_tune)
+    lines: list[str] = []
+    chosen = choose(e, "tiny", tmp_path / "out", read_shipped(e), echo=lines.append)
+    assert tuned_afresh == [[]]
+    assert chosen == {"tuned": {"values": {"loss.tau": 0.0505, "optim.lr": 0.001}, "source": SHIPPED_SOURCE,
+                                "edges": {"loss.tau": "lower"}}}
+    assert read_best(tmp_path / "out") == chosen
+    assert "tuning skipped; --retune tunes afresh" in lines[0]
+    assert lines[-1] == "tuned: loss.tau = 0.0505 lies on the lower edge of the range it was tuned in"
+    text = section(e, chosen, "tiny")
+    assert "| tuned | loss.tau, optim.lr | loss.tau = 0.0505, optim.lr = 0.001 | shipped (tuned.yaml) | — |" in text
+    assert "- tuned: loss.tau = 0.0505, at the lower end of 0.05 to 1 (log scale)" in text
+    assert "Runs marked tuned" not in text
+    assert summary_line(e, chosen) == ("Tuned runs: 1 from `tuned.yaml` shipped with the experiment (tuning skipped); "
+                                       "see Tuning (1 with a value on the edge of its range).")
+    again = choose(e, "tiny", tmp_path / "out", read_shipped(e), retune=True, echo=lines.append)
+    assert tuned_afresh[-1] == ["tuned"] and again["tuned"]["source"] == TUNED_SOURCE
+    assert again["tuned"]["values"] == {"loss.tau": 0.3, "optim.lr": 0.002} and again["tuned"]["edges"] == {}
+    assert "| tuned: mcc_pearson 0.500 | 2 |" in section(e, again, "tiny")
+    choose(e, "paper", tmp_path / "paper", read_shipped(e), echo=lines.append)
+    assert tuned_afresh[-1] == ["tuned"]  # no shipped values at this scale: tuned afresh
+
+
+def test_retune_and_report_only_exclude_each_other(tmp_path):
+    with pytest.raises(ValueError, match="--retune tunes runs and --report-only starts none"):
+        reproduce(shipped_experiment(tmp_path / "toy_tuned"), "tiny", out=tmp_path / "out", report_only=True,
+                  retune=True, echo=lambda _: None)
+
+
+@pytest.mark.integration
+def test_tiny_reproduction_trains_the_shipped_values_without_tuning_and_retunes_on_request(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    folder = shipped_experiment(tmp_path / "toy_tuned")
+    out = tmp_path / "out"
+    result = reproduce(folder, "tiny", seeds=1, workers=2, out=out, echo=lambda _: None)
+    assert all(r.ok for res in result.results.values() for r in res.runs)
+    assert not list((out / TUNING).glob("*-tuning"))  # nothing tuned
+    (seed_run,) = result.results["tuned"].runs
+    config = rundir.read_config(seed_run.path / RUN)
+    assert config["loss"]["tau"] == 0.17 and config["optim"]["lr"] == 0.001
+    text = result.markdown.read_text()
+    assert "Tuned runs: 1 from `tuned.yaml` shipped with the experiment (tuning skipped)" in text
+    assert "| tuned | loss.tau, optim.lr | loss.tau = 0.17, optim.lr = 0.001 | shipped (tuned.yaml) | — |" in text
+    assert json.loads((out / "results.json").read_text())["tuning"]["tuned"]["source"] == SHIPPED_SOURCE
+    retuned = reproduce(folder, "tiny", seeds=1, workers=2, out=tmp_path / "retuned", retune=True, echo=lambda _: None)
+    (sweep_dir,) = (tmp_path / "retuned" / TUNING).glob("*-tuned-tuning")
+    assert len(list(sweep_dir.glob(f"*/{PARAMS}"))) == TUNING_AT_TINY
+    best = read_best(tmp_path / "retuned")["tuned"]
+    assert best["source"] == TUNED_SOURCE and best["values"] != SHIPPED_VALUES["smoke"]["tuned"]
+    (seed_run,) = retuned.results["tuned"].runs
+    assert rundir.read_config(seed_run.path / RUN)["loss"]["tau"] == best["values"]["loss.tau"]

@@ -37,10 +37,11 @@ def run(args: argparse.Namespace) -> int:
     words = [args.name, "--scale", args.scale, "--seeds", args.seeds, "--workers", args.workers]
     words += (["--pack", args.pack] if args.pack > 1 else []) + (["--runs", args.runs] if args.runs else [])
     words += (["--out", args.out] if args.out else []) + (["--report-only"] if args.report_only else [])
+    words += ["--retune"] if args.retune else []
     command = "icl reproduce " + " ".join(shlex.quote(str(a)) for a in words)
     runs = None if args.runs is None else [label.strip() for label in args.runs.split(",") if label.strip()]
     result = reproduce(args.name, args.scale, seeds=args.seeds, workers=args.workers, pack=args.pack, runs=runs,
-                       out=args.out, report_only=args.report_only, command=command)
+                       out=args.out, report_only=args.report_only, retune=args.retune, command=command)
     return 1 if any(r.failed for r in result.results.values()) else 0
 
 
@@ -51,7 +52,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help=VERBS["reproduce"],
         description="Run every configuration of experiments/NAME/experiment.yaml over seeds through the local "
         "sweep runner, then write OUT/results.md: mean ± std beside the reference numbers and the identity "
-        "baseline, a verdict per claim, and figures. Rerunning skips finished runs.",
+        "baseline, a verdict per claim, and figures. Rerunning skips finished runs. A run the experiment tunes "
+        "trains its seeds with the values shipped in experiments/NAME/tuned.yaml, the ones its recorded tables used, "
+        "without tuning: a bayes search does not retrace itself on another CPU, so tuning again may choose other "
+        "values and give another table. Runs the file has no values for at the scale are tuned first, with the "
+        "experiment's tuning budget; --retune tunes every run afresh. Tuned values on the edge of their searched "
+        "range are flagged in the report.",
         epilog=f"experiments in {EXPERIMENTS_DIR}: {', '.join(experiment_names()) or 'none'}",
     )
     p.add_argument("name", nargs="?",
@@ -70,5 +76,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", help=f"output folder (default: {DEFAULT_OUT}/NAME-SCALE)")
     p.add_argument("--report-only", action="store_true",
                    help="start no run: write the report from the runs of OUT that have finished, listing the others")
+    p.add_argument("--retune", action="store_true",
+                   help="tune every tuned run afresh (an offline bayes search per run) instead of training it with "
+                   "the values shipped in experiments/NAME/tuned.yaml (default: the shipped values, which reproduce "
+                   "the recorded tables)")
     p.set_defaults(func=run)
     return p

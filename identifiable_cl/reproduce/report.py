@@ -187,14 +187,18 @@ def markdown(
     wall_s: float,
     population: PopulationCheck | None = None,
     pending: Sequence[str] = (),
+    tuned: str = "",
 ) -> str:
     """The text of results.md; ``population``: the experiment's population check, when it has one;
-    ``pending``: the planned runs left out because they have not finished (``--report-only``)."""
+    ``pending``: the planned runs left out because they have not finished (``--report-only``); ``tuned``: one line
+    saying where the tuned runs' values came from."""
     parts = [
         f"# {experiment.title}", "", f"Paper: {experiment.paper}", "",
         f"Scale **{scale}**, {'seed 0' if seeds == 1 else f'seeds 0–{seeds - 1}'}. Command: `{command}`", "",
         f"Machine: {machine()}. Wall time of this invocation: {wall_s:.0f} s.", "",
     ]
+    if tuned:
+        parts += [tuned, ""]
     if scale == "tiny":
         parts += ["**Scale tiny checks the plumbing only** (a few steps, small samples): the verdicts below say "
                   "nothing about the paper's claims; run `--scale smoke` or `--scale paper` for those.", ""]

@@ -12,8 +12,10 @@ baseline, claim verdicts), ``OUT/results.json`` (the same numbers) and
 from the runs already finished in OUT. As in ``icl sweep run``, parallel runs share
 the cores (``OMP_NUM_THREADS`` = cores // workers unless set).
 
-Runs with a ``tune`` entry are tuned first (:mod:`identifiable_cl.reproduce.tuning`, under ``OUT/tuning``);
-their seeds then run with the tuned values, which results.md lists.
+Runs with a ``tune`` entry train their seeds with the values shipped in the experiment's ``tuned.yaml``, or,
+where it has none for them at the scale or with ``retune``, with values tuned first under ``OUT/tuning``
+(:mod:`identifiable_cl.reproduce.tuning`); results.md says which, lists the values and flags those on the edge of
+their searched range.
 
 An experiment with a ``population`` entry is first checked without training
 (:mod:`identifiable_cl.reproduce.population`, seconds at every scale, before any run starts, so a
@@ -117,6 +119,7 @@ def reproduce(
     runs: Sequence[str] | None = None,
     out: str | Path | None = None,
     report_only: bool = False,
+    retune: bool = False,
     command: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> Reproduction:
@@ -125,9 +128,12 @@ def reproduce(
     ``runs`` (labels) restricts the runs to some of the experiment's; claims about the others then
     have no data. ``report_only`` starts nothing: results.md, results.json and the figures are written
     from the runs of ``out`` that have finished (the others are listed as not finished), for a report
-    while runs are still going or when a label was run over fewer seeds than another."""
+    while runs are still going or when a label was run over fewer seeds than another. ``retune`` tunes every tuned
+    run afresh instead of training it with the values shipped with the experiment (module docstring)."""
     if scale not in SCALES:
         raise ValueError(f"--scale {scale!r}: allowed: {', '.join(SCALES)}")
+    if retune and report_only:
+        raise ValueError("--retune tunes runs and --report-only starts none: give one of them")
     for flag, value in (("seeds", seeds), ("workers", workers), ("pack", pack)):
         if value < 1:
             raise ValueError(f"--{flag} {value}: must be >= 1")
@@ -140,6 +146,7 @@ def reproduce(
         raise ValueError(f"--runs {','.join(runs or [])}: allowed: run labels of {experiment.name}, comma-separated: "
                          f"{', '.join(labels)}")
     check_experiment(experiment, (scale,))
+    shipped = tuning.read_shipped(experiment)
     out = Path(out) if out is not None else Path(DEFAULT_OUT) / f"{experiment.name}-{scale}"
     pending: list[str] = []
     best = tuning.read_best(out) if report_only else {}
@@ -159,7 +166,7 @@ def reproduce(
     if report_only:
         echo(f"report only: {len(planned)} finished runs" + (f"; not finished: {', '.join(pending)}" if pending else ""))
     else:
-        best = tuning.tune(experiment, scale, out, runs, workers, echo)
+        best = tuning.choose(experiment, scale, out, shipped, runs, workers, retune, echo)
         planned = plan(experiment, scale, seeds, out, runs, tuned=tuning.values(best))
         run_all(planned, workers, echo, pack)
     results = collect(experiment, planned)
@@ -169,7 +176,7 @@ def reproduce(
     command = command or f"icl reproduce {experiment.name} --scale {scale} --seeds {seeds} --workers {workers} --out {out}"
     text = report.markdown(
         experiment, scale, seeds, results, verdicts, figures, command, out, time.perf_counter() - started,
-        population=checked, pending=pending,
+        population=checked, pending=pending, tuned=tuning.summary_line(experiment, best) if best else "",
     )
     (out / RESULTS_MD).write_text(text + ("\n" + tuning.section(experiment, best, scale) if best else ""))
     data = {

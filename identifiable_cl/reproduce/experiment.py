@@ -65,10 +65,12 @@ evaluation samples, to check the plumbing, not the claims. ``paper`` and ``smoke
 required; ``medium`` (the published settings trained for fewer steps, sized to finish on one
 machine) exists where the experiment defines it.
 
-A run with ``tune`` gets an equal budget of tuning before its seeds run (:mod:`identifiable_cl.reproduce.tuning`):
-an offline W&B bayes search (:meth:`Experiment.tuning_sweep`) of ``tuning.runs`` runs over its ``tune`` keys,
-every other key as at the scale, on the tuning seed and at the tuning steps; the best run's values of the tuned
-keys then join the run's overrides for every seed (:meth:`Experiment.sweep`'s ``tuned``).
+A run with ``tune`` trains its seeds with the values of its ``tune`` keys shipped in the folder's ``tuned.yaml``
+(the ones the recorded tables used), or, without shipped values, after an equal budget of tuning
+(:mod:`identifiable_cl.reproduce.tuning`): an offline W&B bayes search (:meth:`Experiment.tuning_sweep`) of
+``tuning.runs`` runs over its ``tune`` keys, every other key as at the scale, on the tuning seed and at the tuning
+steps, whose best run's values are taken. Those values then join the run's overrides for every seed
+(:meth:`Experiment.sweep`'s ``tuned``).
 
 The experiment folders are found through :mod:`identifiable_cl.packaged`, in a wheel as in a
 source checkout.

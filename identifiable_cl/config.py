@@ -385,7 +385,7 @@ def merge_layer(config: dict[str, Any], layer: Mapping[str, Any], source: str) -
             _set(merged, section, {"name": value})
     for key, value in flat.items():
         section = _component_prefix(key)
-        if section is None and key not in LEAVES:
+        if section is None and key not in LEAVES and key not in metric_switches(key):
             fail(key, value, f"unknown config key (from {source}){suggest(key)}")
         if key in COMPONENT_SECTIONS:
             if not isinstance(value, Mapping):
@@ -393,6 +393,17 @@ def merge_layer(config: dict[str, Any], layer: Mapping[str, Any], source: str) -
             value = dict(value)
         _set(merged, key, value)
     return merged
+
+
+def metric_switches(key: str) -> dict[str, tuple[bool, str]]:
+    """The ``eval.*`` switches metrics declare themselves (:func:`identifiable_cl.evaluation.catalog.switches`),
+    read only for a key ``eval.<name>`` the schema does not hold: the catalog and its metric plugins are imported
+    no sooner."""
+    if not key.startswith("eval.") or key in LEAVES:
+        return {}
+    from identifiable_cl.evaluation.catalog import switches
+
+    return switches()
 
 
 def suggest(key: str) -> str:
@@ -412,6 +423,12 @@ def validate(config: Mapping[str, Any]) -> None:
         fail("config", config, "expected a mapping of config sections, as load_config returns")
     for key, leaf in LEAVES.items():
         leaf.check(key, _get(config, key))
+    evaluation = config.get("eval")
+    for key, value in ((f"eval.{k}", v) for k, v in (evaluation.items() if isinstance(evaluation, Mapping) else ())):
+        if key not in LEAVES and key not in metric_switches(key):
+            fail(key, value, f"unknown config key{suggest(key)}")
+        if key not in LEAVES and not isinstance(value, bool):
+            fail(key, value, "expected bool: a metric's switch")
     for section in COMPONENT_SECTIONS:
         spec = _get(config, section)
         if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str):

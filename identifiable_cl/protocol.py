@@ -1,5 +1,6 @@
-"""A run's evaluation protocol: the held-out metrics of an evaluation, the loss's own logs and Λ recovery, the
-mutual-information keys, the in-sample scores, and the identity baseline g(z).
+"""A run's evaluation protocol: the held-out metrics of an evaluation, the loss's own logs, the metrics of the run
+itself (Λ recovery, mutual information: the catalog's ``of_run`` metrics), the in-sample scores, and the identity
+baseline g(z).
 
 Every evaluation draws from its own random stream (``eval.<step>``, ``eval.identity`` ...), so evaluating never
 disturbs training and a resumed run evaluates exactly as an uninterrupted one. What does not depend on the
@@ -18,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import torch
 from torch import Tensor
 
 from dgp.seeding import stream_seed
 from identifiable_cl import __version__, rundir
-from identifiable_cl.evaluation import evaluate, identity_baseline, lambda_recovery
-from identifiable_cl.evaluation.information import truth as information_truth
+from identifiable_cl.evaluation import evaluate, identity_baseline
+from identifiable_cl.evaluation.catalog import RunScoring, compute
 from identifiable_cl.evaluation.views import evaluate_views
 from identifiable_cl.solvers import Solver
 from identifiable_cl.tracking import check_tracking
@@ -73,39 +73,10 @@ def evaluation(c: Solver, final: bool, measured: Measured | None = None) -> dict
                            rotation_reference=final)
     if final:
         metrics.update(in_sample_metrics(c.encode, c, f"eval.{c.steps_done}.in_sample"))
-    metrics.update(loss_metrics(c, metrics))
-    if c.config["eval"]["mi"]:
-        metrics.update(information_metrics(c, measured))
+    metrics.update(loss_logs(c))
+    enabled = eval_arguments(c.config["eval"], final)["enabled"]
+    metrics.update(compute(RunScoring(c, metrics, (measured or Measured()).truths), enabled))
     return metrics
-
-
-def information_metrics(c: Solver, measured: Measured | None = None) -> dict[str, Any]:
-    """The mutual-information keys (:mod:`identifiable_cl.evaluation.information`) of a run whose loss bounds
-    I(z; z+) (``mi_bound``, with negatives from the batch, drawn from p(z) or queued): the encoder's bound
-    log K - L on a held-out batch of the training size, and the process's own keys at that K, measured once
-    per process, K and seed within ``measured`` (they do not depend on the encoder). With MoCo's queue the queued keys are those of
-    fresh held-out pairs under the current momentum encoder, a full queue's worth: every candidate is scored
-    by the same critic, as the bound requires (:meth:`identifiable_cl.solvers.Solver.mi_negatives`)."""
-    mi_bound = getattr(c.loss, "mi_bound", None)
-    if mi_bound is None or c.process.view_count > 1:
-        return {}  # with views the loss pairs observations of different mixings: no bound on I(z; z+) is read
-    generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.steps_done}.mi"))
-    batch = c.process.sample(c.config["train"]["batch_size"], generator)
-    if batch.z_neg is not None and not c.process.negatives.from_marginal():
-        return {}  # the bound needs negatives drawn from p(z)
-    with torch.no_grad():
-        h, h_pos, h_neg = c.encodings(batch)
-        h_neg = c.mi_negatives(h_neg, generator)
-        value = float(c.loss(h, h_pos, h_neg))
-    bound = mi_bound(value, batch.z.shape[0], None if h_neg is None else h_neg.shape[-2])
-    if bound is None:
-        return {}
-    k, encoder_bound = bound
-    truths = (measured or Measured()).truths
-    key = (c.process.fingerprint(), k, c.config["seed"])
-    if key not in truths:
-        truths[key] = information_truth(c.process, k, c.process.make_generator(stream_seed(c.config["seed"], "eval.mi")))
-    return {**truths[key], c.loss.mi_bound_key: encoder_bound}
 
 
 def in_sample_metrics(encode: Callable[[Tensor], Tensor], c: Solver, stream: str) -> dict[str, float]:
@@ -121,18 +92,14 @@ def in_sample_metrics(encode: Callable[[Tensor], Tensor], c: Solver, stream: str
     return {f"{k}_in_sample": v for k, v in scored.items() if isinstance(v, float)}
 
 
-def loss_metrics(c: Solver, metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """The loss's own logs (τ, Λ̂ ...) and, when the loss learns a Λ̂ (its ``lambda_hat`` log) and the
-    process has a true Λ, both as ``lambda_learned`` / ``lambda_true`` and Λ recovery against the truth."""
+def loss_logs(c: Solver) -> dict[str, Any]:
+    """The loss's own logs (τ, Λ̂ ...), and, where the loss learns a Λ̂ (its ``lambda_hat`` log) or the process
+    has a true Λ, each as ``lambda_learned`` / ``lambda_true`` (the catalog's Λ recovery compares them)."""
     out: dict[str, Any] = dict(c.loss.logs()) if hasattr(c.loss, "logs") else {}
-    learned, truth = out.get("lambda_hat"), c.process.lambda_true
-    if learned is not None:
-        out["lambda_learned"] = learned
-    if truth is not None:
-        out["lambda_true"] = truth.cpu().tolist()
-        if learned is not None and MATCHING in metrics and len(learned) == len(out["lambda_true"]):
-            rec = lambda_recovery(learned, truth.cpu(), metrics[MATCHING])
-            out.update({f"lambda_{k}": v for k, v in rec.items()})
+    if out.get("lambda_hat") is not None:
+        out["lambda_learned"] = out["lambda_hat"]
+    if c.process.lambda_true is not None:
+        out["lambda_true"] = c.process.lambda_true.cpu().tolist()
     return out
 
 

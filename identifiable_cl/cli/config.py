@@ -16,12 +16,13 @@ def key_table() -> str:
     """Every config key with its type, default, allowed values and description (``icl config --keys``); each
     component section's ``name`` with the registered names it allows, followed by the options of its default
     component with their defaults (the section's, else the component's own) and the description it declares
-    (:func:`dgp.registry.option_docs`).
+    (:func:`dgp.registry.option_docs`); last, the ``eval.*`` switches metric plugins declare.
     """
     import dgp
     import identifiable_cl.encoders  # noqa: F401
     import identifiable_cl.losses  # noqa: F401
     from dgp.registry import REGISTRIES, option_docs, option_parameters
+    from identifiable_cl.evaluation.catalog import switches
 
     dgp.load_builtins()
 
@@ -53,6 +54,8 @@ def key_table() -> str:
                 doc = SECTION_OPTIONS.get(f"{key}.{option}")
                 of = f"option of {default['name']}" if doc is None else f"option of any {key}"
                 rows.append((f"  {key}.{option}", "", yaml_text(default[option]), of, doc or ""))
+    for key, (default, doc) in switches().items():
+        rows.append((key, "bool", yaml_text(default), "switch of a metric", doc))
     widths = [min(max(len(row[i]) for row in rows), cap) for i, cap in enumerate((34, 16, 18, 30))]
     cells = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in rows]
     return "\n".join(f"  {line}  {row[-1]}".rstrip() for line, row in zip(cells, rows))

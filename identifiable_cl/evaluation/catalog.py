@@ -5,10 +5,17 @@ A metric is a class with its readable ``label``, the class of maps it ``tests`` 
 recovers z up to such a map), its ``chance`` level when one is known, the key of a chance ``reference`` it
 reports itself, the config key that enables it (``enabled_by``, a boolean ``eval.*`` key; None: always),
 whether it ``applies`` to a scoring (e.g. only where the process has Λ groups), and ``__call__`` computing
-its keys from a :class:`Scoring`. :func:`~identifiable_cl.evaluation.metrics` computes every enabled metric
-in ``rank`` order; the printed table, ``summary.json`` and W&B keys, ``icl results``'s default columns and
-the figures' labels and reference lines derive from this catalog. Other distributions add metrics under the
-entry-point group ``identifiable_cl.metrics`` (``icl plugins --kind metrics`` lists them).
+its keys from a :class:`Scoring` of (z, h) pairs, or, for a metric ``of_run``, from a :class:`RunScoring`: the
+run itself (its loss, its process) after the pairs' metrics (mutual information, Λ recovery).
+:func:`~identifiable_cl.evaluation.metrics` computes every enabled metric of the pairs in ``rank`` order, the
+evaluation protocol (:mod:`identifiable_cl.protocol`) those of the run; the printed table, ``summary.json`` and
+W&B keys, ``icl results``'s default columns and the figures' labels and reference lines derive from this catalog.
+
+Other distributions add metrics under the entry-point group ``identifiable_cl.metrics`` (``icl plugins --kind
+metrics`` lists them). A metric may declare a switch of its own, as a component declares its options: an
+``enabled_by`` key ``eval.<name>`` that the config schema does not hold, with its ``switch`` (what turning it on
+does) and ``switch_default``; the config then accepts that key (:func:`switches`), a boolean, and the metric is
+computed where it is on (its default where a config does not give it).
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ import torch
 from dgp.registry import Registry
 from identifiable_cl.evaluation.blocks import block_aware_mcc, check_blocks, random_rotation_reference, split_by_block
 from identifiable_cl.evaluation.dci import dci
+from identifiable_cl.evaluation.information import information_metrics
+from identifiable_cl.evaluation.lambdas import lambda_recovery
 from identifiable_cl.evaluation.mcc import mcc
 from identifiable_cl.evaluation.orthogonal import orthogonal_r2
 from identifiable_cl.evaluation.records import R2Result
@@ -62,6 +71,18 @@ class Scoring:
         return self.h_fit if self.in_sample else self.h_test
 
 
+@dataclass(frozen=True)
+class RunScoring:
+    """What a metric ``of_run`` is computed from, after the metrics of the run's (z, h) pairs: the run's solver
+    ``run`` (:class:`identifiable_cl.solvers.Solver`: its loss, process, encoder and config), the metrics
+    ``found`` so far at this evaluation, and ``truths``, the encoder-free measurements kept for as long as a pack
+    runs (:class:`identifiable_cl.protocol.Measured`'s; None: measured afresh)."""
+
+    run: Any
+    found: Mapping[str, Any]
+    truths: dict | None = None
+
+
 def reference_generator(generator: torch.Generator | None) -> torch.Generator:
     """A CPU generator of its own for chance references: seeded by one draw from a copy of ``generator``
     (its state is copied, so the caller's generator, and with it every other metric's draws, stays where it
@@ -94,6 +115,12 @@ class Metric:
     headline: bool = True
     per_block: bool = False
     rank: int = 100
+    of_run: bool = False
+    """Computed from a :class:`RunScoring` (the run itself) instead of a :class:`Scoring` of (z, h) pairs."""
+    switch: str | None = None
+    """What turning on ``enabled_by`` does, for a metric that declares that key itself (not a key of the config
+    schema); ``switch_default``: its value where a config does not give it."""
+    switch_default: bool = False
 
     def applies(self, scoring: Scoring) -> bool:
         return True
@@ -141,12 +168,21 @@ def block_prefixes() -> tuple[str, ...]:
     return tuple(f"{m.key}_" for m in ordered() if m.per_block)
 
 
-def compute(scoring: Scoring, enabled: Mapping[str, bool]) -> dict[str, Any]:
-    """Every metric whose ``enabled_by`` key is on in ``enabled`` (or that has none) and that applies, in
-    ``rank`` order, merged into one flat dict."""
+def switches() -> dict[str, tuple[bool, str]]:
+    """The ``eval.*`` keys metrics declare themselves (``switch``): key -> (default, what it does)."""
+    return {m.enabled_by: (m.switch_default, m.switch) for m in ordered() if m.enabled_by and m.switch is not None}
+
+
+def compute(scoring: Scoring | RunScoring, enabled: Mapping[str, bool]) -> dict[str, Any]:
+    """Every metric of the scoring's kind (``of_run`` for a :class:`RunScoring`) whose ``enabled_by`` key is on in
+    ``enabled`` (or that has none; a switch a metric declares itself takes its ``switch_default`` where
+    ``enabled`` does not give it) and that applies, in ``rank`` order, merged into one flat dict."""
     out: dict[str, Any] = {}
     for metric in ordered():
-        if (metric.enabled_by is None or enabled.get(metric.enabled_by, False)) and metric.applies(scoring):
+        if metric.of_run != isinstance(scoring, RunScoring):
+            continue
+        on = metric.enabled_by is None or enabled.get(metric.enabled_by, metric.switch_default)
+        if on and metric.applies(scoring):
             out.update(metric(scoring))
     return out
 
@@ -275,3 +311,35 @@ class DCI(Metric):
         result = dci(s.z_fit, s.h_fit, s.z_test, s.h_test, in_sample=s.in_sample)
         return {"dci_disentanglement": result.disentanglement, "dci_completeness": result.completeness,
                 "dci_informativeness": result.informativeness, "dci_importance": result.importance}
+
+
+@METRICS.register("lambda_relative_error")
+class LambdaRecovery(Metric):
+    """Recovery of the concentrations Λ̂ a loss learns (its ``lambda_hat`` log, reported as ``lambda_learned``;
+    R24's AnInfoNCE) against the process's true Λ on the Pearson MCC's matching, up to one global scale
+    (:func:`identifiable_cl.evaluation.lambdas.lambda_recovery`): its keys with the prefix ``lambda_``."""
+
+    label, headline, rank, of_run = "Λ recovery (relative error)", False, 80, True
+    tests = "(not a recovery score of z: Λ̂ against Λ up to one global scale)"
+
+    def applies(self, s: RunScoring) -> bool:
+        learned, truth = s.found.get("lambda_learned"), s.run.process.lambda_true
+        return (learned is not None and truth is not None and "mcc_matching" in s.found
+                and len(learned) == truth.shape[0])
+
+    def __call__(self, s: RunScoring) -> dict[str, Any]:
+        found = lambda_recovery(s.found["lambda_learned"], s.run.process.lambda_true.cpu(), s.found["mcc_matching"])
+        return {f"lambda_{k}": v for k, v in found.items()}
+
+
+@METRICS.register("mi_true")
+class MutualInformation(Metric):
+    """I(z; z+) of the process and the bounds on it at the training batch's K candidates, with the encoder's own
+    bound from its loss on a held-out batch, for a run whose loss bounds I(z; z+)
+    (:func:`identifiable_cl.evaluation.information.information_metrics`)."""
+
+    label, headline, rank, of_run, enabled_by = "I(z; z+)", False, 90, True, "eval.mi"
+    tests = "(not a recovery score: the information the loss bounds, and the encoder's bound on it)"
+
+    def __call__(self, s: RunScoring) -> dict[str, Any]:
+        return information_metrics(s.run, s.truths)

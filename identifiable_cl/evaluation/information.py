@@ -29,6 +29,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from dgp.seeding import stream_seed
+
 BOUND_KEYS = ("mi_infonce_bound", "mi_nwj_bound")
 """The keys of an encoder's bound on I(z; z+), by the loss's form (``ContrastiveLoss.mi_bound_key``)."""
 
@@ -105,3 +107,35 @@ def truth(process: Any, k: int | None, generator: torch.Generator) -> dict[str, 
     except ValueError:  # a log-density the conditional cannot give for these options (e.g. a shell)
         pass
     return out
+
+
+def information_metrics(run: Any, truths: dict | None = None) -> dict[str, Any]:
+    """The keys of the module docstring for a run whose loss bounds I(z; z+) (``mi_bound``, with negatives from the
+    batch, drawn from p(z) or queued); ``run``: its solver (:class:`identifiable_cl.solvers.Solver`). The
+    encoder's bound log K - L is read on a held-out batch of the training size (random stream
+    ``eval.<step>.mi``); the process's own keys at that K do not depend on the encoder and are measured once per
+    process, K and seed within ``truths`` (None: afresh). With MoCo's queue the queued keys are those of fresh
+    held-out pairs under the current momentum encoder, a full queue's worth: every candidate is scored by the
+    same critic, as the bound requires (:meth:`identifiable_cl.solvers.Solver.mi_negatives`). Empty for a loss
+    without a bound, a process with views (its loss pairs observations of different mixings) or negatives
+    that are not drawn from p(z)."""
+    mi_bound = getattr(run.loss, "mi_bound", None)
+    if mi_bound is None or run.process.view_count > 1:
+        return {}
+    generator = run.process.make_generator(stream_seed(run.config["seed"], f"eval.{run.steps_done}.mi"))
+    batch = run.process.sample(run.config["train"]["batch_size"], generator)
+    if batch.z_neg is not None and not run.process.negatives.from_marginal():
+        return {}
+    with torch.no_grad():
+        h, h_pos, h_neg = run.encodings(batch)
+        h_neg = run.mi_negatives(h_neg, generator)
+        value = float(run.loss(h, h_pos, h_neg))
+    bound = mi_bound(value, batch.z.shape[0], None if h_neg is None else h_neg.shape[-2])
+    if bound is None:
+        return {}
+    k, encoder_bound = bound
+    truths = {} if truths is None else truths
+    key = (run.process.fingerprint(), k, run.config["seed"])
+    if key not in truths:
+        truths[key] = truth(run.process, k, run.process.make_generator(stream_seed(run.config["seed"], "eval.mi")))
+    return {**truths[key], run.loss.mi_bound_key: encoder_bound}

@@ -16,7 +16,7 @@ from identifiable_cl.losses.base import REDUCTIONS
 from identifiable_cl.losses.infonce import InfoNCE
 from identifiable_cl.losses.queue import KeyQueue, QueueOptions
 from identifiable_cl.solvers.packed import StackedPack
-from identifiable_cl.protocol import information_metrics
+from identifiable_cl.evaluation.information import information_metrics
 from identifiable_cl.training import Trainer, run_packed
 from tests.tiny import tiny_config
 

@@ -10,13 +10,20 @@ and no modality-specific blocks it is the multi-view setting.
 
 A views component is registered in :data:`VIEWS` and built as ``cls(blocks, dim, **options)`` from the
 process's named latent blocks (name -> dimensions) and its latent dimension n. It exposes ``dims`` (per
-view, the latent dimensions it sees, in order) and ``shared_mixing`` (one mixing for every view), and
-``describe()``. The process draws the mixings: view 1's from the stream ``dgp.mixing`` (the one a
+view, the latent dimensions it sees, in order), ``shared_mixing`` (one mixing for every view), ``contrasted``
+and ``selection`` (below; None unless set) and ``describe()``. The process draws the mixings: view 1's from the stream ``dgp.mixing`` (the one a
 single-view process uses), view v's from ``dgp.mixing.view<v>``.
+
+Yao, Müller & Locatello (ICLR 2024, "Multi-View Causal Representation Learning with Partial Observability")
+contrast subsets of views, each on the block its views share: ``contrast`` lists the subsets (``contrasted``:
+each with its shared latent dimensions I_s = ∩_{v∈s} S_v) and ``selection`` how the learner finds the encoding
+coordinates that carry I_s (:mod:`identifiable_cl.solvers.subsets`). The process draws nothing for them: they
+describe what the views share, and the learner reads them.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Mapping, Sequence
 
 from torch import nn
@@ -28,11 +35,16 @@ from dgp.registry import Registry
 VIEWS = Registry("views", "dgp.views", builtins=BUILTIN_MODULES)
 """Views components by name."""
 
+SELECTIONS = ("ground_truth", "gumbel", "concat")
+"""How the learner selects the encoding coordinates of a contrasted subset's shared block (``selection``)."""
+
 @VIEWS.register("single")
 class SingleView(nn.Module):
     """One view of every latent dimension: x = g(z), x+ = g(z+) (every process without views)."""
 
     shared_mixing = False
+    contrasted = None
+    selection = None
 
     def __init__(self, blocks: Mapping[str, Sequence[int]], dim: int):
         super().__init__()
@@ -45,15 +57,26 @@ class SingleView(nn.Module):
 @VIEWS.register("subsets")
 class Subsets(nn.Module):
     """V >= 2 views, view v seeing the latent blocks ``latents[v]`` (names of the process's blocks, in the
-    order they enter its mixing), through a mixing of its own or, with ``shared_mixing``, one for all."""
+    order they enter its mixing), through a mixing of its own or, with ``shared_mixing``, one for all.
+
+    ``contrasted``: None, or with ``contrast`` the subsets the loss contrasts, each as (its views, 0-based
+    ascending; the latent dimensions they share, :meth:`shared`); ``selection``: None, or with ``contrast`` one of
+    :data:`SELECTIONS`."""
 
     OPTION_DOCS = {
         "latents": "per view, the latent blocks it sees, e.g. [[content, style, m1], [content, style, m2]]",
         "shared_mixing": "one mixing for every view (each must see as many dimensions), else one drawn per view",
+        "contrast": "null: the loss over every pair of views on their whole encodings (Daunhawer et al. 2023); all: "
+                    "over every subset of >= 2 views sharing a latent, each on the coordinates of its shared block "
+                    "(Yao et al. 2024); or a list of such subsets of view numbers, e.g. [[1, 2], [1, 2, 3, 4]]",
+        "selection": "with contrast, the coordinates of a subset's shared block in each view's encoding: "
+                     "ground_truth (the default: coordinate j of view v's encoding stands for the j-th latent "
+                     "dimension it sees), gumbel (the top k of the batch-mean encoding plus Gumbel noise) or concat "
+                     "(the encoding split into one run of coordinates per subset)",
     }
 
     def __init__(self, blocks: Mapping[str, Sequence[int]], dim: int, *, latents: Any = None,
-                 shared_mixing: bool = False):
+                 shared_mixing: bool = False, contrast: Any = None, selection: str | None = None):
         super().__init__()
         self.shared_mixing = checks.boolean("shared_mixing", shared_mixing)
         if not blocks:
@@ -74,8 +97,44 @@ class Subsets(nn.Module):
         if self.shared_mixing and len({len(d) for d in self.dims}) > 1:
             checks.fail("shared_mixing", True, "one shared mixing needs views of one size; these see "
                         f"{', '.join(str(len(d)) for d in self.dims)} dimensions")
+        self.contrasted = None if contrast is None else self._contrasted(contrast)
+        if selection is not None and contrast is None:
+            checks.fail("selection", selection, "selects the coordinates of contrasted subsets: set contrast too")
+        self.selection = None if contrast is None else checks.choice("selection", selection or SELECTIONS[0], SELECTIONS)
+
+    def shared(self, views: Sequence[int]) -> list[int]:
+        """The latent dimensions every view of ``views`` (0-based) sees, ascending: I_s = ∩_{v∈s} S_v."""
+        return sorted(set.intersection(*(set(self.dims[v]) for v in views)))
+
+    def _contrasted(self, contrast: Any) -> list[tuple[tuple[int, ...], list[int]]]:
+        """``contrast`` checked, as (views of the subset, 0-based; their shared dimensions) per subset: ``all``
+        gives every subset of >= 2 views with a non-empty shared block, by size, then in order."""
+        count = len(self.dims)
+        if contrast == "all":
+            subsets = [s for r in range(2, count + 1) for s in itertools.combinations(range(count), r) if self.shared(s)]
+            if not subsets:
+                checks.fail("contrast", contrast, "no two views share a latent block")
+            return [(s, self.shared(s)) for s in subsets]
+        allowed = f"null, all, or a list of subsets of the view numbers 1..{count}, each of >= 2 views sharing a latent"
+        if not isinstance(contrast, list) or not contrast:
+            checks.fail("contrast", contrast, allowed)
+        out = []
+        for subset in contrast:
+            if (not isinstance(subset, list) or len(subset) < 2 or len(set(subset)) != len(subset)
+                    or any(isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= count for v in subset)):
+                checks.fail("contrast", contrast, f"{subset!r} is not a subset of >= 2 distinct view numbers 1..{count}")
+            views = tuple(sorted(v - 1 for v in subset))
+            if any(views == seen for seen, _ in out):
+                checks.fail("contrast", contrast, f"{subset!r} is listed twice")
+            if not self.shared(views):
+                checks.fail("contrast", contrast, f"views {subset!r} share no latent block")
+            out.append((views, self.shared(views)))
+        return out
 
     def describe(self) -> str:
         seen = "; ".join(f"view {v + 1} sees ({', '.join(names)})" for v, names in enumerate(self.latents))
         mixing = "one shared mixing" if self.shared_mixing else "a mixing per view"
-        return f"{len(self.dims)} views, {mixing}: {seen}"
+        contrasted = "" if self.contrasted is None else (
+            f"; the loss contrasts {len(self.contrasted)} subsets of views, each on the coordinates of its shared "
+            f"block ({self.selection} selection)")
+        return f"{len(self.dims)} views, {mixing}: {seen}{contrasted}"

@@ -45,9 +45,13 @@ class ViewSolver(Solver):
 
     unbatched_because = "runs of a process with views (dgp.views) take one encoder pass per view"
 
-    def objective(self, batch: dgp.Batch) -> tuple[Tensor, Tensor]:
+    def views_encoded(self, batch: dgp.Batch) -> tuple[list[Tensor], list[Tensor | None]]:
+        """:func:`view_encodings` of ``batch`` (under ``train.precision``) in the process's dtype."""
         dtype = self.process.dtype
         with self.precision():
             hs, negs = view_encodings(self.encoder, batch)
-        hs, negs = [h.to(dtype) for h in hs], [None if n is None else n.to(dtype) for n in negs]
+        return [h.to(dtype) for h in hs], [None if n is None else n.to(dtype) for n in negs]
+
+    def objective(self, batch: dgp.Batch) -> tuple[Tensor, Tensor]:
+        hs, negs = self.views_encoded(batch)
         return pair_loss(self.loss, hs, negs), hs[1]

@@ -61,10 +61,19 @@ class Marginal(Drawing):
     """p(z) on a space. Constructed as ``cls(space, rng, *, **options)``."""
 
     space: Space
+    segments: int | None = None
+    """The number S of values 0..S-1 of the auxiliary variable u that a marginal drawing its latents given one
+    labels them with (:meth:`sample_labelled`); None for a marginal without one."""
 
     def sample(self, batch: int, generator: torch.Generator) -> Tensor:
         """``(batch, n)`` draws from p(z)."""
         raise NotImplementedError
+
+    def sample_labelled(self, batch: int, generator: torch.Generator) -> tuple[Tensor, Tensor | None]:
+        """``(z, u)``: ``(batch, n)`` draws from p(z) and the auxiliary variable ``(batch,)`` (int64, in
+        0..segments-1) each was drawn given, or None for a marginal without one (the default: :meth:`sample`'s
+        draws, the same random numbers)."""
+        return self.sample(batch, generator), None
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -78,6 +87,12 @@ class Conditional(Drawing):
     def sample(self, z: Tensor, generator: torch.Generator) -> Tensor:
         """``(batch, n)`` positives, one per row of ``z``."""
         raise NotImplementedError
+
+    def sample_labelled(self, z: Tensor, u: Tensor | None, marginal: Marginal, generator: torch.Generator) -> Tensor:
+        """``(batch, n)`` positives for anchors ``z`` drawn from ``marginal`` with their auxiliary variable ``u``
+        (:meth:`Marginal.sample_labelled`'s, None for a marginal without one), as a batch's draw gives them; the
+        default ignores ``u`` and ``marginal``: :meth:`sample`'s draws, the same random numbers."""
+        return self.sample(z, generator)
 
     def blocks(self) -> dict[str, list[int]]:
         """Named groups of latent dimensions (e.g. content/style); empty if none."""

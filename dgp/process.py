@@ -59,6 +59,9 @@ class Batch:
     and 2, ``z_pos`` view 2's latent) and ``views_neg`` each view's observations of the negatives (view v of a
     negative z⁻ sees a positive of its own drawn from p(· | z⁻) when v >= 2), in ``z_neg``'s leading shape;
     both are None with one view.
+
+    ``u``: the auxiliary variable each anchor was drawn given, ``(B,)`` int64 segment labels in 0..S-1, where the
+    marginal draws one (:meth:`dgp.base.Marginal.sample_labelled`; e.g. ``segments``), else None.
     """
 
     z: Tensor
@@ -69,6 +72,7 @@ class Batch:
     x_neg: Tensor | None
     views: tuple[Tensor, ...] | None = None
     views_neg: tuple[Tensor, ...] | None = None
+    u: Tensor | None = None
 
 
 def resolve_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -267,22 +271,24 @@ class Process(nn.Module):
             return self._sample_views(batch_size, generator) if self.view_count > 1 else self._sample(batch_size, generator)
 
     def _sample(self, batch_size: int, generator: torch.Generator) -> Batch:
-        z, z_pos, z_neg = self.draw_latents(batch_size, generator)
-        return self.observed(z, z_pos, z_neg, self.mixing(mixed_rows(z, z_pos, z_neg)))
+        z, z_pos, z_neg, u = self.draw_latents(batch_size, generator)
+        return self.observed(z, z_pos, z_neg, u, self.mixing(mixed_rows(z, z_pos, z_neg)))
 
-    def draw_latents(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor | None]:
-        """The latents of a single-view batch as :meth:`sample` draws them: anchors z (B, n), positives z+ (B, n)
-        and the separate negatives ((B, K, n), (M, n) or None); ``batch_size`` and ``generator`` checked by the
-        caller."""
-        z = self.marginal.sample(batch_size, generator)
-        return z, self.conditional.sample(z, generator), self.negatives.sample(z, self.marginal, generator)
+    def draw_latents(self, batch_size: int, generator: torch.Generator
+                     ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """The latents of a single-view batch as :meth:`sample` draws them: anchors z (B, n), positives z+ (B, n),
+        the separate negatives ((B, K, n), (M, n) or None) and the anchors' auxiliary variable u ((B,) or None);
+        ``batch_size`` and ``generator`` checked by the caller."""
+        z, u = self.marginal.sample_labelled(batch_size, generator)
+        z_pos = self.conditional.sample_labelled(z, u, self.marginal, generator)
+        return z, z_pos, self.negatives.sample(z, self.marginal, generator), u
 
-    def observed(self, z: Tensor, z_pos: Tensor, z_neg: Tensor | None, x_all: Tensor) -> Batch:
+    def observed(self, z: Tensor, z_pos: Tensor, z_neg: Tensor | None, u: Tensor | None, x_all: Tensor) -> Batch:
         """The batch of latents from :meth:`draw_latents` with ``x_all``, the mixing of their
         :func:`mixed_rows`."""
         size = z.shape[0]
         x_neg = x_all[2 * size :].reshape(z_neg.shape) if z_neg is not None else None
-        return Batch(z, z_pos, z_neg, x_all[:size], x_all[size : 2 * size], x_neg)
+        return Batch(z, z_pos, z_neg, x_all[:size], x_all[size : 2 * size], x_neg, u=u)
 
     def view_latents(self, z: Tensor, generator: torch.Generator) -> list[Tensor]:
         """The latent each view observes for anchors ``z (N, dim)``: z itself for view 1, for each view v >= 2
@@ -292,7 +298,7 @@ class Process(nn.Module):
     def _sample_views(self, batch_size: int, generator: torch.Generator) -> Batch:
         """:meth:`sample` with V >= 2 views: anchors z, one positive per view v >= 2, the negatives and their
         positives, each seen through its view's mixing."""
-        z = self.marginal.sample(batch_size, generator)
+        z, u = self.marginal.sample_labelled(batch_size, generator)
         latents = self.view_latents(z, generator)
         views = tuple(self.mix_view(v, latent) for v, latent in enumerate(latents))
         z_neg = self.negatives.sample(z, self.marginal, generator)
@@ -300,7 +306,8 @@ class Process(nn.Module):
         if z_neg is not None:
             seen = self.view_latents(z_neg.reshape(-1, self.dim), generator)
             views_neg = tuple(self.mix_view(v, latent).reshape(*z_neg.shape[:-1], -1) for v, latent in enumerate(seen))
-        return Batch(z, latents[1], z_neg, views[0], views[1], views_neg[0] if views_neg else None, views, views_neg)
+        return Batch(z, latents[1], z_neg, views[0], views[1], views_neg[0] if views_neg else None, views, views_neg,
+                     u)
 
     def mutual_information(self, **options: Any) -> Information:
         """I(z; z+) in nats, from the conditional given the marginal (:meth:`dgp.base.Conditional.mutual_information`).

@@ -14,7 +14,7 @@ CLI = [
     (['train', '--loss.tau=-1'], 2, 'icl train: error: loss.tau=-1 is invalid: must be > 0'),
     (['train', '--loss.taux=1'], 2, "icl train: error: loss.taux: unknown option(s) for losses 'infonce'; allowed: similarity, tau, learn_tau, negatives, reduction, lr, queue"),
     (['train', '--train.steps=abc'], 2, "icl train: error: train.steps='abc' is invalid: expected int"),
-    (['train', '--dgp.conditional.name=nope'], 2, "icl train: error: dgp.conditional.name: unknown name 'nope' among the registered conditionals; available: anisotropic, ar1, content_style, gennorm, laplace, normal, vmf (if 'nope' comes from a plugin, a plugin that provides it may be missing: `icl plugins` lists what is installed)"),
+    (['train', '--dgp.conditional.name=nope'], 2, "icl train: error: dgp.conditional.name: unknown name 'nope' among the registered conditionals; available: anisotropic, ar1, content_style, gennorm, keep, laplace, normal, same_segment, vmf (if 'nope' comes from a plugin, a plugin that provides it may be missing: `icl plugins` lists what is installed)"),
     (['train', '--dgp.space.radius=0'], 2, "icl train: error: dgp.space.radius: unknown option(s) for spaces 'box'; allowed: low, high"),
     (['train', '--train.batch_size=1', '--loss.negatives=first_view_others'], 2, "icl train: error: train.batch_size=1 is invalid: the loss needs at least 2 anchors per batch (loss.negatives='first_view_others' draws negatives from the batch and needs at least 2 samples; got a batch of 1)"),
     (['train', '--train.matmul=gemm'], 2, "icl train: error: train.matmul='gemm' is invalid: allowed: auto, blas, onednn"),

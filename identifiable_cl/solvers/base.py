@@ -38,6 +38,12 @@ def split_encodings(h_all: Tensor, batch: dgp.Batch) -> tuple[Tensor, Tensor, Te
     return h_all[:size], h_all[size : 2 * size], h_neg
 
 
+def loss_arguments(loss: nn.Module, batch: dgp.Batch) -> dict[str, Tensor | None]:
+    """The keyword arguments the loss takes from ``batch`` beside its encodings: ``u``, the anchors' auxiliary
+    variable, for a loss that reads it (its ``uses_aux``); none for the others."""
+    return {"u": batch.u} if getattr(loss, "uses_aux", False) else {}
+
+
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """Within the block torch uses one CPU thread: a batch's draws are tens of operations on small tensors, which
@@ -113,9 +119,10 @@ class Solver:
             return split_encodings(self.encoder(observations(batch, self.process.dim)).to(self.process.dtype), batch)
 
     def objective(self, batch: dgp.Batch) -> tuple[Tensor, Tensor]:
-        """The loss ``L(h, h_pos, h_neg)`` on ``batch`` and the keys :meth:`after_step` receives (h_pos)."""
+        """The loss ``L(h, h_pos, h_neg)`` on ``batch`` (with its :func:`loss_arguments`) and the keys
+        :meth:`after_step` receives (h_pos)."""
         h, h_pos, h_neg = self.encodings(batch)
-        return self.loss(h, h_pos, h_neg), h_pos
+        return self.loss(h, h_pos, h_neg, **loss_arguments(self.loss, batch)), h_pos
 
     def optimize(self) -> None:
         """The gradient's norm clipped to ``optim.grad_clip`` (when set), then the optimizer's step."""

@@ -33,7 +33,7 @@ from torch.func import functional_call, vmap
 
 from identifiable_cl.linear import blas_only
 from dgp.process import mixed_rows
-from identifiable_cl.solvers.base import Solver, observations, one_thread, split_encodings
+from identifiable_cl.solvers.base import Solver, loss_arguments, observations, one_thread, split_encodings
 from identifiable_cl.solvers.captured import GraphStep
 from identifiable_cl.solvers.stacked_adam import Slot, StackedAdam
 
@@ -172,9 +172,10 @@ class StackedPack:
         h_all = h_all.to(cs[0].process.dtype)
         encoded = [split_encodings(h, batch) for batch, h in zip(batches, h_all)]
         losses = []
-        for k, (c, inputs) in enumerate(zip(cs, encoded)):
+        for k, (c, batch, inputs) in enumerate(zip(cs, batches, encoded)):
             with c.loss_memory():
-                losses.append(functional_call(c.loss, {n: stack[k] for n, stack in self.loss.items()}, inputs))
+                losses.append(functional_call(c.loss, {n: stack[k] for n, stack in self.loss.items()}, inputs,
+                                              loss_arguments(c.loss, batch)))
         stacked = torch.stack(losses)
         self.optimizer.zero_grad()
         stacked.sum().backward()
@@ -202,7 +203,7 @@ class StackedPack:
             return [c.batch() for c in cs]
         with one_thread():
             latents = [c.process.draw_latents(c.config["train"]["batch_size"], c.batches) for c in cs]
-            rows = torch.stack([mixed_rows(*drawn) for drawn in latents])
+            rows = torch.stack([mixed_rows(z, z_pos, z_neg) for z, z_pos, z_neg, _ in latents])
             mixing = cs[0].process.mixing
             with torch.no_grad():
                 x_all = vmap(lambda p, b, r: functional_call(mixing, (p, b), (r,)))(*self.mixings, rows)

@@ -269,3 +269,24 @@ def test_an_experiments_bar_figure_takes_each_runs_loss_from_its_config():
     fig = FIGURES["bars"]({"runs": ["a", "b", "c"], "metrics": ["r2_linear"]}, results, experiment, "smoke")
     a, b, c = (bar.get_facecolor() for bar in fig.axes[0].patches)
     assert a == c != b
+
+
+def test_score_panels_of_an_against_figure_share_the_same_axis():
+    from pathlib import Path
+
+    from identifiable_cl.reproduce.experiment import parse_experiment
+    from identifiable_cl.reproduce.report import _against_figure
+
+    raw = {"name": "toy", "title": "toy", "paper": "nobody", "reference_source": "none",
+           "base": {"loss.name": "infonce"}, "scales": {"paper": {}, "smoke": {}},
+           "runs": [{"label": "a", "description": "a", "overrides": {"loss.tau": 0.1}},
+                    {"label": "b", "description": "b", "overrides": {"loss.tau": 0.5}}],
+           "metrics": ["r2_linear"]}
+    experiment = parse_experiment(raw, Path("."), "toy.yaml")
+    results = _results({"a": [{"r2_linear": 0.9, "mcc_pearson": 0.05, "log_k": 6.2}],
+                        "b": [{"r2_linear": -0.2, "mcc_pearson": 0.04, "log_k": 6.2}]})
+    spec = {"series": [{"label": "InfoNCE", "x": "loss.tau", "runs": ["a", "b"]}],
+            "metrics": ["r2_linear", "mcc_pearson", "log_k"]}
+    r2, mcc, log_k = _against_figure(spec, results, experiment, "smoke").axes
+    assert r2.get_ylim() == mcc.get_ylim() == (0.0, 1.0) != log_k.get_ylim()
+    assert [(t.get_text(), t.xy) for t in r2.texts] == [("-0.20", (0.5, 0.0))] and not mcc.texts

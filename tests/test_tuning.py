@@ -222,7 +222,7 @@ def test_shipped_values_skip_tuning_and_retune_tunes_every_run(tmp_path, monkeyp
     assert chosen == {"tuned": {"values": {"loss.tau": 0.0505, "optim.lr": 0.001}, "source": SHIPPED_SOURCE,
                                 "edges": {"loss.tau": "lower"}}}
     assert read_best(tmp_path / "out") == chosen
-    assert "tuning skipped; --retune tunes afresh" in lines[0]
+    assert lines[0].endswith("for 1 tuned run(s): their tuning is skipped (--retune tunes afresh)")
     assert lines[-1] == "tuned: loss.tau = 0.0505 lies on the lower edge of the range it was tuned in"
     text = section(e, chosen, "tiny")
     assert "| tuned | loss.tau, optim.lr | loss.tau = 0.0505, optim.lr = 0.001 | shipped (tuned.yaml) | — |" in text

@@ -208,8 +208,8 @@ def choose(experiment: Experiment, scale: str, out: Path, shipped: Mapping[str, 
     chosen = {} if retune else {label: {"values": dict(at_scale[label]), "source": SHIPPED_SOURCE}
                                  for label in wanted if label in at_scale}
     if chosen:
-        echo(f"{len(chosen)} tuned runs train with the values shipped in {experiment.folder / SHIPPED} (tuning "
-             "skipped; --retune tunes afresh)")
+        echo(f"values shipped in {experiment.folder / SHIPPED} for {len(chosen)} tuned run(s): their tuning is "
+             "skipped (--retune tunes afresh)")
     chosen.update(tune(experiment, scale, out, [label for label in wanted if label not in chosen], workers, echo))
     for label, entry in chosen.items():
         entry["edges"] = edges(experiment, label, entry["values"])

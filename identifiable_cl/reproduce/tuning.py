@@ -200,9 +200,9 @@ def choose(experiment: Experiment, scale: str, out: Path, shipped: Mapping[str, 
            echo: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
     """The values every tuned run (of ``labels``, when given) trains its seeds with: its values in ``shipped``
     (:func:`read_shipped`) at the scale, else (and for every run with ``retune``) those of a fresh tuning (module
-    docstring). Per label an entry
-    with ``values``, ``source`` (:data:`SHIPPED_SOURCE` or :data:`TUNED_SOURCE`, a tuning's :func:`best_run`
-    beside it) and ``edges`` (:func:`edges`), also written to ``out/tuning/best.json``; the edges are echoed."""
+    docstring). Per label an entry with ``values``, ``source`` (:data:`SHIPPED_SOURCE` or :data:`TUNED_SOURCE`, a
+    tuning's :func:`best_run` beside it) and ``edges`` (:func:`edges`), also written to ``out/tuning/best.json``;
+    the edges are echoed."""
     wanted = tuned_labels(experiment, labels)
     at_scale = shipped.get("smoke" if scale == "tiny" else scale, {})
     chosen = {} if retune else {label: {"values": dict(at_scale[label]), "source": SHIPPED_SOURCE}

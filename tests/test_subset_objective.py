@@ -1,14 +1,16 @@
 """Yao et al. 2024's objective: every contrasted subset of views on the coordinates of its shared block, with the
 ground-truth, Gumbel and concatenated selections; checked against references written here, for reproducibility
-from the seed and an exact resume."""
+from the seed and an exact resume; and the runs' records of every shared block."""
 
 import itertools
+import json
 import math
 
 import pytest
 import torch
 
 from identifiable_cl import rundir
+from identifiable_cl.cli import main
 from identifiable_cl.components import build, load_config
 from identifiable_cl.losses import LOSSES
 from identifiable_cl.losses.base import SIMILARITIES
@@ -179,3 +181,16 @@ def test_bad_input_is_one_line_naming_the_key(extra, message):
     with pytest.raises(ValueError) as error:
         build(load_config(None, {**TINY, **base, **extra}))
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_icl_train_records_and_prints_every_shared_block_beside_the_identity_baseline(tmp_path, capsys):
+    args = [f"--{k}={v}".replace(" ", "") for k, v in {**TINY, **YAO, "train.steps": 10}.items()]
+    assert main(["train", "--out", str(tmp_path / "run"), *args]) == 0
+    printed = capsys.readouterr().out
+    (found,) = (tmp_path / "run").glob(f"*/{rundir.SUMMARY}")
+    summary = json.loads(found.read_text())
+    for key in ("r2_linear_shared_1_2", "r2_linear_unshared_1_2", "view4_r2_linear_shared_1_2_3_4",
+                "view3_r2_linear_shared_2_3_4", "identity_r2_linear_shared_1_2", "identity_view2_r2_linear_unshared_2_3"):
+        assert isinstance(summary[key], float) and -1.5 <= summary[key] <= 1.0, key
+    assert summary["identity_view4_r2_linear_shared_1_2_3_4"] < 1.0  # the mixed observations' coordinates
+    assert "linear R² [shared_1_2]" in printed and "R² of each block" in printed

@@ -13,16 +13,27 @@ The permuted-content control (``permuted_`` keys): the observations carry the co
 ``content`` from such observations measures how much of the content the encoding reads from the other
 blocks (through a content-dependent style, say), the R² of ``content_permuted`` how much it reads from the
 content it was shown.
+
+Views that contrast subsets (``dgp.views.contrast``, Yao et al. 2024) are also scored subset by subset
+(:func:`shared_block_metrics`): from the coordinates of view v's encoding that the objective selects for subset s
+(:class:`identifiable_cl.solvers.subsets.Selection`, its noise-free mode), the R² of the block the views of s
+share (``shared_<s>``, s written as its view numbers joined by ``_``: ``shared_1_2_3``) and of the other latents
+view v sees (``unshared_<s>``), linear and nonlinear, held out, under view v's prefix. The theorem's prediction:
+the first near 1 from every view of s, the second low where the latents are independent. The code's evaluation
+(``main_numerical.py``'s ``evaluate``) regresses each latent alone from those coordinates.
 """
 
 from __future__ import annotations
 
+import types
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
 
-from identifiable_cl.evaluation.wrappers import Metrics, evaluate
+from identifiable_cl.evaluation.regression import linear_r2, nonlinear_r2
+from identifiable_cl.evaluation.wrappers import Metrics, encode_latents, evaluate
+from identifiable_cl.solvers.subsets import Selection
 
 
 class ViewSample:
@@ -87,7 +98,8 @@ def evaluate_views(
     """Held-out metrics of each view's encoder ``encoders[v]`` (x_v (B, D_v) -> h (B, d)) on
     :class:`ViewSample` s of ``process``: view 1's every metric under its plain key, view v's scalar
     metrics prefixed ``view<v>_``; with ``control`` (and a ``content`` block) the block R² of the
-    permuted-content control prefixed ``permuted_`` (view 1) and ``view<v>_permuted_``. ``options`` are :func:`evaluate`'s."""
+    permuted-content control prefixed ``permuted_`` (view 1) and ``view<v>_permuted_``; views that contrast subsets
+    add :func:`shared_block_metrics` (drawn after the others). ``options`` are :func:`evaluate`'s."""
     out: Metrics = {}
     for v, encode in enumerate(encoders):
         prefix = "" if v == 0 else f"view{v + 1}_"
@@ -97,6 +109,65 @@ def evaluate_views(
             plain = {**options, "rotation_reference": False, "enabled": None}
             scored = evaluate(encode, ViewSample(process, v, permuted=True), generator, **plain)
             out.update({f"{prefix}permuted_{k}": value for k, value in scored.items() if _block_r2(k, value)})
+    if getattr(process.views, "contrasted", None) is not None:
+        names = ("n_fit", "n_test", "nonlinear", "in_sample", "n_centres", "batch_size")
+        out.update(shared_block_metrics(encoders, process, generator, **{k: options[k] for k in names if k in options}))
+    return out
+
+
+def shared_block_metrics(
+    encoders: Sequence[Callable[[Tensor], Tensor]],
+    process: Any,
+    generator: torch.Generator,
+    *,
+    n_fit: int = 20480,
+    n_test: int = 40960,
+    nonlinear: bool = True,
+    in_sample: bool = False,
+    n_centres: int = 1000,
+    batch_size: int = 8192,
+) -> Metrics:
+    """For each contrasted subset s of ``process``'s views and each view v of s: R² of the shared block I_s
+    (``r2_linear_shared_<s>``, ``r2_nonlinear_shared_<s>``) and of view v's other latents S_v minus I_s
+    (``..._unshared_<s>``; none when v sees only I_s), regressed from the coordinates c_{s,v} that
+    :class:`~identifiable_cl.solvers.subsets.Selection` selects in view v's encoding ``encoders[v]`` (x_v (B, D_v)
+    -> h (B, d)), keys prefixed ``view<v>_`` for v >= 2 (module docstring).
+
+    Each view observes its latent from :meth:`dgp.Process.view_latents` of ``n_fit`` fresh anchors (and ``n_test``
+    more, unless ``in_sample``); its labels are its own latent's columns. The selection reads the fit sample's
+    encodings (their means, for ``gumbel``), on the narrowest view's width; where that is too narrow for it (the
+    observations themselves under ``concat``, say) there are no such metrics."""
+    views = process.views
+
+    def draw(n: int) -> tuple[list[Tensor], list[Tensor]]:
+        latents = process.view_latents(process.sample_latents(n, generator), generator)
+        mixed = [types.SimpleNamespace(mix=lambda z, v=v: process.mix_view(v, z)) for v in range(len(latents))]
+        return latents, [encode_latents(encode, mixed[v], latents[v], batch_size) for v, encode in enumerate(encoders)]
+
+    def scores(kind: str, v: int, labels: list[int], columns: Tensor) -> list[float]:
+        pair = (None, None) if in_sample else (z_test[v][:, labels], h_test[v][:, columns])
+        if kind == "r2_linear":
+            return linear_r2(z_fit[v][:, labels], h_fit[v][:, columns], *pair, in_sample=in_sample).per_dim
+        return nonlinear_r2(z_fit[v][:, labels], h_fit[v][:, columns], *pair, in_sample=in_sample,
+                            generator=generator, n_centres=n_centres).per_dim
+
+    z_fit, h_fit = draw(n_fit)
+    z_test, h_test = (None, None) if in_sample else draw(n_test)
+    width = min(h.shape[1] for h in h_fit)
+    if width < Selection.required(views):
+        return {}
+    out: Metrics = {}
+    kinds = ("r2_linear", "r2_nonlinear") if nonlinear else ("r2_linear",)
+    for (subset, shared), chosen in zip(views.contrasted, Selection(views, width).coordinates(h_fit)):
+        name = "shared_" + "_".join(str(v + 1) for v in subset)
+        for v, columns in zip(subset, chosen):
+            rest = [i for i in views.dims[v] if i not in shared]
+            prefix = "" if v == 0 else f"view{v + 1}_"
+            for kind in kinds:
+                per_dim = scores(kind, v, shared + rest, columns)
+                out[f"{prefix}{kind}_{name}"] = sum(per_dim[: len(shared)]) / len(shared)
+                if rest:
+                    out[f"{prefix}{kind}_un{name}"] = sum(per_dim[len(shared):]) / len(rest)
     return out
 
 

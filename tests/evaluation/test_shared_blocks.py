@@ -1,0 +1,65 @@
+"""Every contrasted subset's shared block scored from each of its views' selected coordinates (Yao et al. 2024),
+on cases whose R² is known in closed form."""
+
+import pytest
+import torch
+
+from identifiable_cl.evaluation.views import evaluate_views, shared_block_metrics
+from tests.dgp.test_partial import PAPER_VIEWS, partial
+
+
+def paper(selection="ground_truth", contrast="all", **changes):
+    views = {"name": "subsets", "latents": PAPER_VIEWS, "contrast": contrast, "selection": selection}
+    return partial(views=views, mixing="identity", **changes)
+
+
+def test_the_true_coordinates_hold_the_shared_block_and_nothing_else():
+    """With identity mixings the observation x_v is z[S_v] itself and the ground-truth coordinates are exactly the
+    shared latents: R² 1 for the shared block from every view of every subset, 0 (up to sampling) for the rest."""
+    process = paper()
+    out = shared_block_metrics([lambda x: x] * 4, process, process.make_generator(0), n_fit=3000, n_test=3000,
+                               nonlinear=False)
+    subsets = [s for s, _ in process.views.contrasted]
+    assert len(out) == 2 * sum(len(s) for s in subsets) == 56
+    for subset in subsets:
+        name = "shared_" + "_".join(str(v + 1) for v in subset)
+        for v in subset:
+            prefix = "" if v == 0 else f"view{v + 1}_"
+            assert out[f"{prefix}r2_linear_{name}"] == pytest.approx(1.0, abs=1e-9)
+            assert out[f"{prefix}r2_linear_un{name}"] == pytest.approx(0.0, abs=0.01)
+
+
+def test_a_dependent_latent_is_read_through_its_dependence():
+    """(z0, z1) dependent with correlation ρ (the Wishart draw), z2 independent; views seeing (z0, z1) and (z0, z2)
+    share z0, which predicts view 1's other latent z1 with linear R² ρ² and view 2's, z2, not at all."""
+    process = partial(marginal={"name": "gaussian_blocks", "dependent_dims": 2}, mixing="identity", seed=4,
+                      views={"name": "subsets", "latents": [["z0", "z1"], ["z0", "z2"]], "contrast": "all"})
+    sigma = process.marginal.sigma
+    rho2 = float(sigma[0, 1] ** 2 / (sigma[0, 0] * sigma[1, 1]))
+    out = shared_block_metrics([lambda x: x] * 2, process, process.make_generator(1), n_fit=20000, n_test=20000,
+                               nonlinear=False)
+    assert out["r2_linear_shared_1_2"] == pytest.approx(1.0, abs=1e-9)
+    assert out["r2_linear_unshared_1_2"] == pytest.approx(rho2, abs=0.02)
+    assert out["view2_r2_linear_unshared_1_2"] == pytest.approx(0.0, abs=0.01)
+
+
+def test_a_selection_too_wide_for_the_encodings_scores_nothing():
+    process = paper("concat")
+    assert shared_block_metrics([lambda x: x] * 4, process, process.make_generator(0), n_fit=100, n_test=100,
+                                nonlinear=False) == {}
+    wide = [lambda x: torch.cat([x, x, x], dim=1)] * 4
+    out = shared_block_metrics(wide, process, process.make_generator(0), n_fit=100, n_test=100, nonlinear=False)
+    assert len(out) == 56
+
+
+def test_evaluate_views_adds_them_after_its_own_draws():
+    """The other metrics of a process whose views contrast subsets are those of the same views without them: the
+    shared blocks are drawn after everything else."""
+    options = {"n_fit": 200, "n_test": 200, "nonlinear": False, "rotation_reference": False}
+    plain = partial(mixing="identity")
+    contrasting = paper()
+    a = evaluate_views([lambda x: x] * 4, plain, plain.make_generator(3), **options)
+    b = evaluate_views([lambda x: x] * 4, contrasting, contrasting.make_generator(3), **options)
+    assert {k: v for k, v in b.items() if "shared" not in k} == a
+    assert b["view4_r2_linear_shared_1_2_3_4"] == pytest.approx(1.0, abs=1e-9)
+    assert b["view2_r2_linear_z3"] == pytest.approx(0.0, abs=0.1) and b["r2_linear_z3"] == pytest.approx(1.0)

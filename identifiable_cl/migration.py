@@ -31,9 +31,8 @@ from typing import Any, Callable, Mapping
 import dgp
 from dgp.process import saved_config
 from identifiable_cl.config import set_default
+from identifiable_cl.rundir import SCHEMA_VERSION
 
-SCHEMA_VERSION = 3
-"""The version of the run folder files this code writes (``meta.json``'s ``schema_version``)."""
 VERSION_1_BEHAVIOUR: dict[str, Any] = {"train.matmul": "blas", "eval.n_centres": 1000}
 """Keys added before version 2 whose earlier behaviour differs from their default."""
 VERSION_2_BEHAVIOUR: dict[str, Any] = {"dgp.sampler": 1}

@@ -39,8 +39,11 @@ import torch
 import identifiable_cl
 from dgp.files import load_tensors
 from identifiable_cl.yamlfiles import dump, read_yaml_mapping
-from identifiable_cl.migration import SCHEMA_VERSION
+from identifiable_cl.stops import signals_held
 
+SCHEMA_VERSION = 3
+"""The version of the files this code writes in a run folder (``meta.json``'s ``schema_version``;
+:mod:`identifiable_cl.migration` reads the earlier ones)."""
 CONFIG, META, DGP, CHECKPOINT = "config.yaml", "meta.json", "dgp.pt", "checkpoint.pt"
 METRICS, SUMMARY, READOUT = "metrics.jsonl", "summary.json", "readout.npz"
 STOPPED = "stopped.json"
@@ -390,3 +393,79 @@ def read_meta(run_dir: Path) -> dict[str, Any] | None:
 def is_run_dir(path: Path) -> bool:
     path = Path(path)
     return (path / CONFIG).is_file() and (path / DGP).is_file()
+
+
+class RunFolder:
+    """The one writer of a run's folder: :meth:`create` (a new run) or :meth:`reopen` (a resumed one) take its lock
+    (:func:`own`) and write its first files with stop signals held, so a signal never leaves them half-written;
+    then every write of the run goes through it, until :meth:`release`. ``held``: the lock's descriptor (None: a
+    folder this process only reads, or released)."""
+
+    def __init__(self, path: Path, held: int | None = None):
+        self.path, self.held = Path(path), held
+
+    @classmethod
+    def create(cls, path: Path, config: Mapping[str, Any], meta: Mapping[str, Any], process: Any) -> "RunFolder":
+        """A new run in ``path`` (a new or empty folder): its ``config``, ``meta`` (:func:`meta`) and ``process``
+        (``dgp.Process.to_dict()``) written."""
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"run directory {str(path)!r} is a file: give a new or empty folder")
+        if path.exists() and any(path.iterdir()):
+            raise ValueError(f"run directory {str(path)!r} exists and is not empty; use --resume to continue it")
+        path.mkdir(parents=True, exist_ok=True)
+
+        def write() -> None:
+            write_config(path, config)
+            write_json(path / META, meta)
+            save_torch(path / DGP, process)
+
+        return cls._taken(path, write)
+
+    @classmethod
+    def reopen(cls, path: Path, config: Mapping[str, Any], step: int) -> "RunFolder":
+        """A saved run continued from its checkpoint of ``step``: stale temporaries, the metrics after ``step``, the
+        summary and the stopped state removed, the ``config`` it goes on with rewritten."""
+        path = Path(path)
+
+        def write() -> None:
+            remove_stale_temporaries(path)
+            truncate_metrics(path, step)
+            write_config(path, config)
+            for name in (SUMMARY, STOPPED):
+                (path / name).unlink(missing_ok=True)
+
+        return cls._taken(path, write)
+
+    @classmethod
+    def _taken(cls, path: Path, write: Callable[[], None]) -> "RunFolder":
+        held = own(path)
+        try:
+            with signals_held():
+                write()
+        except BaseException:
+            unlock(held)
+            raise
+        return cls(path, held)
+
+    def checkpoint(self, state: Mapping[str, Any]) -> None:
+        save_torch(self.path / CHECKPOINT, state)
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        append_metrics(self.path, [record])
+
+    def stopped(self, record: Mapping[str, Any]) -> None:
+        """Why and when a diverged run stopped (:data:`STOPPED`)."""
+        write_json(self.path / STOPPED, record)
+
+    def finish(self, summary: Mapping[str, Any]) -> None:
+        """The summary, written last: its presence marks a finished run."""
+        write_json(self.path / SUMMARY, summary)
+
+    def readout(self, **arrays: Any) -> None:
+        save_npz(self.path / READOUT, **arrays)
+
+    def release(self) -> None:
+        if self.held is not None:
+            unlock(self.held)
+            self.held = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -31,30 +31,16 @@ from identifiable_cl.progress import Progress
 from identifiable_cl.protocol import Measured, check_before_writing, evaluation, reported, shared_identity
 from identifiable_cl.solvers import Solver
 from identifiable_cl.solvers.packed import PackStepper, check_packable
-from identifiable_cl.stops import LOOPING, STOP, Interrupted, NonFiniteLoss, evaluating, signals_held
+from identifiable_cl.stops import LOOPING, STOP, Interrupted, NonFiniteLoss, evaluating
 from identifiable_cl.tracking import Tracker, open_tracker
-
-
-def _owned_after(run_dir: Path, write: Callable[[], None]) -> int:
-    """Take the run directory's lock (:func:`identifiable_cl.rundir.own`), then ``write()`` its files; the lock,
-    released again when the writing fails."""
-    lock = rundir.own(run_dir)
-    try:
-        with signals_held():
-            write()
-    except BaseException:
-        rundir.unlock(lock)
-        raise
-    return lock
 
 
 class Trainer:
     """One run's directory, evaluations, checkpoints and summary; ``run()`` trains it and returns the summary."""
 
-    def __init__(self, c: Solver, run_dir: Path, progress: bool | None = None, lock: int | None = None):
-        self.c, self.run_dir, self.progress, self.lock = c, Path(run_dir), progress, lock
-        """``lock``: this process's hold on the run directory (:func:`identifiable_cl.rundir.own`), released by
-        :meth:`close`."""
+    def __init__(self, c: Solver, folder: rundir.RunFolder, progress: bool | None = None):
+        self.c, self.folder, self.progress = c, folder, progress
+        """``folder``: the writer of the run's folder, released by :meth:`close`."""
         self.tracker: Tracker = Tracker()
         self.wandb_id: str | None = None
         """The W&B run id of a packed run (alone, ``WANDB_RUN_ID`` or W&B chooses)."""
@@ -70,19 +56,8 @@ class Trainer:
         """A new run: everything is built first (or given, as built from ``config``), then the directory is written."""
         c = build(config) if components is None else components
         check_before_writing(c)
-        run_dir = Path(run_dir)
-        if run_dir.exists() and not run_dir.is_dir():
-            raise ValueError(f"run directory {str(run_dir)!r} is a file: give a new or empty folder")
-        if run_dir.exists() and any(run_dir.iterdir()):
-            raise ValueError(f"run directory {str(run_dir)!r} exists and is not empty; use --resume to continue it")
-        run_dir.mkdir(parents=True, exist_ok=True)
-
-        def write() -> None:
-            rundir.write_config(run_dir, c.config)
-            rundir.write_json(run_dir / rundir.META, rundir.meta(c.device, linear.resolve(c.config["train"]["matmul"])))
-            rundir.save_torch(run_dir / rundir.DGP, c.process.to_dict())
-
-        return cls(c, run_dir, progress=progress, lock=_owned_after(run_dir, write))
+        meta = rundir.meta(c.device, linear.resolve(c.config["train"]["matmul"]))
+        return cls(c, rundir.RunFolder.create(run_dir, c.config, meta, c.process.to_dict()), progress=progress)
 
     @classmethod
     def resume(cls, run_dir: Path, overrides: Mapping[str, Any] | None = None, progress: bool | None = None) -> "Trainer":
@@ -93,18 +68,13 @@ class Trainer:
         directory changes: then the metrics after the checkpoint, the summary and stale
         temporary files are removed and the config is rewritten.
         """
-        run_dir = Path(run_dir)
         c = load_run(run_dir, overrides, need_checkpoint=False)
         check_before_writing(c)
+        return cls(c, rundir.RunFolder.reopen(run_dir, c.config, c.steps_done), progress=progress)
 
-        def write() -> None:
-            rundir.remove_stale_temporaries(run_dir)
-            rundir.truncate_metrics(run_dir, c.steps_done)
-            rundir.write_config(run_dir, c.config)
-            for name in (rundir.SUMMARY, rundir.STOPPED):
-                (run_dir / name).unlink(missing_ok=True)
-
-        return cls(c, run_dir, progress=progress, lock=_owned_after(run_dir, write))
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.path
 
     def save_checkpoint(self, pending: bool = False) -> None:
         """Checkpoint the step reached; ``pending``: between two log steps, with the loss accumulated since
@@ -113,13 +83,13 @@ class Trainer:
             self.c.extra["pending"] = {"loss_sum": float(self._running), "count": self._count,
                                        "finite": bool(self._finite)}
         try:
-            rundir.save_torch(self.run_dir / rundir.CHECKPOINT, self.c.state_dict())
+            self.folder.checkpoint(self.c.state_dict())
         finally:
             self.c.extra.pop("pending", None)
         self.checkpoint_step = self.c.steps_done
 
     def record(self, record: dict[str, Any]) -> None:
-        rundir.append_metrics(self.run_dir, [record])
+        self.folder.append(record)
         self.tracker.log(record["step"], record)
 
     def run(self) -> dict[str, Any]:
@@ -151,9 +121,7 @@ class Trainer:
                 self.tracker.log_figures(self.c.steps_done, draw_figures_if_possible(self.run_dir))
             self.tracker.finish(summary)
         finally:
-            if self.lock is not None:
-                rundir.unlock(self.lock)
-                self.lock = None
+            self.folder.release()
 
     def identity(self) -> dict[str, Any]:
         """The identity baseline g(z) at the final evaluation's sizes (measured once, kept in the checkpoint)."""
@@ -212,7 +180,7 @@ class Trainer:
         c, limit = self.c, self.c.config["train"]["loss_limit"]
         what = "NaN or inf" if limit is None else f"NaN, inf or larger in magnitude than train.loss_limit={limit:g}"
         reason = f"the loss became {what} between steps {first} and {c.steps_done}"
-        rundir.write_json(self.run_dir / rundir.STOPPED, {
+        self.folder.stopped({
             "reason": reason, "first_step": first, "last_step": c.steps_done, "checkpoint_step": self.checkpoint_step,
         })
         options = ", ".join(f"loss.{k}={v!r}" for k, v in c.config["loss"].items()
@@ -235,7 +203,7 @@ class Trainer:
         summary = self.summarize(latest, self._identity)
         with evaluating():
             self._readout()
-        rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
+        self.folder.finish(summary)
         return summary
 
     def summarize(self, metrics: Mapping[str, Any], identity: Mapping[str, Any]) -> dict[str, Any]:
@@ -248,7 +216,7 @@ class Trainer:
         """Save true vs linearly read-out test latents (for the recovery scatter plots)."""
         generator = self.c.process.make_generator(stream_seed(self.c.config["seed"], "eval.readout"))
         z, z_hat, per_dim = linear_readout(self.c.encode, self.c.process, generator, n_fit=4096, n_test=2048)
-        rundir.save_npz(self.run_dir / rundir.READOUT, z=z, z_hat=z_hat, r2_per_dim=per_dim)
+        self.folder.readout(z=z, z_hat=z_hat, r2_per_dim=per_dim)
 
 
 def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
@@ -314,7 +282,7 @@ def evaluate_run(run_dir: Path, overrides: Mapping[str, Any] | None = None) -> d
     c = load_run(run_dir, overrides, mode="evaluate")
     if overrides:
         c.extra.pop("identity", None)  # the saved baseline was measured with the run's own eval settings
-    trainer = Trainer(c, Path(run_dir), progress=False)
+    trainer = Trainer(c, rundir.RunFolder(Path(run_dir)), progress=False)
     c.extra.setdefault("wall_s", 0.0)
     c.extra.setdefault("steps_timed", 0)
     return trainer.summarize(evaluation(c, True, trainer.measured), trainer.identity())

@@ -253,7 +253,7 @@ class Process(nn.Module):
         mixing = self.mixing if view == 0 else self.view_mixings[view - 1]
         flat = z.reshape(-1, self.dim)
         if self.view_count > 1:
-            flat = flat[:, self.views.dims[view]]
+            flat = flat.index_select(-1, self.views.seen(view))
         return mixing(flat).reshape(*z.shape[:-1], -1)
 
     def _check_draw(self, n: Any, generator: Any, key: str) -> int:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from identifiable_cl import rundir
+from identifiable_cl.benchmarks.syncs import host_syncs, host_uploads
 from identifiable_cl.cli import main
 from identifiable_cl.components import build, load_config
 from identifiable_cl.losses import LOSSES
@@ -194,3 +195,13 @@ def test_icl_train_records_and_prints_every_shared_block_beside_the_identity_bas
         assert isinstance(summary[key], float) and -1.5 <= summary[key] <= 1.0, key
     assert summary["identity_view4_r2_linear_shared_1_2_3_4"] < 1.0  # the mixed observations' coordinates
     assert "linear R² [shared_1_2]" in printed and "R² of each block" in printed
+
+
+@pytest.mark.parametrize("selection, width", [("ground_truth", 5), ("gumbel", 5), ("concat", 12)])
+def test_a_steady_state_step_makes_no_host_synchronisation_and_no_upload(selection, width, monkeypatch):
+    monkeypatch.setenv("ICL_KERNELS", "eager")
+    c = build(yao_config(**{"dgp.views.selection": selection, "encoder.output_dim": width}))
+    for _ in range(3):
+        c.step()
+    assert host_syncs(c.step) == {}
+    assert host_uploads(c.step) == {}

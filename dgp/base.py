@@ -83,6 +83,9 @@ class Conditional(Drawing):
     """p(z+ | z). Constructed as ``cls(space, rng, *, **options)``."""
 
     space: Space
+    keeps_segment: bool = False
+    """Whether each positive is a draw of its anchor's segment, z+ ~ p(z | u) with the anchor's u
+    (:meth:`Marginal.sample_labelled`), so that it carries the anchor's label too."""
 
     def sample(self, z: Tensor, generator: torch.Generator) -> Tensor:
         """``(batch, n)`` positives, one per row of ``z``."""

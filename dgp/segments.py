@@ -60,8 +60,8 @@ class SegmentsMarginal(Marginal):
                  law: str = "laplace", std_low: float = 0.0, std_high: float = 1.0, location: float = 0.0):
         super().__init__()
         if not isinstance(space, Euclidean):
-            checks.fail("dgp.space.name", type(space).__name__.lower(),
-                        "the segment-modulated sources (dgp.marginal 'segments') are defined on R^n only: use 'euclidean'")
+            checks.fail("dgp.space.name", type(space).__name__.lower(), "the segment-modulated sources "
+                        "(dgp.marginal 'segments') are defined on R^n only: use 'euclidean'")
         self.space = space
         self.segments = checks.integer("segments", segments, minimum=2)
         self.law = checks.choice("law", law, LAWS)
@@ -108,6 +108,7 @@ class SameSegment(Conditional):
     """
 
     OPTION_DOCS: dict[str, str] = {}
+    keeps_segment = True
 
     def __init__(self, space: Space, rng: torch.Generator | None = None):
         super().__init__()

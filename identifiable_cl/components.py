@@ -43,7 +43,7 @@ from identifiable_cl.config import (
 from identifiable_cl.encoders import ENCODERS, ViewEncoders
 from identifiable_cl.losses import LOSSES
 from identifiable_cl.solvers import Solver, solver_class
-from identifiable_cl.solvers.base import observations, split_encodings
+from identifiable_cl.solvers.base import loss_arguments, observations, split_encodings
 from identifiable_cl.solvers.views import pair_loss, view_encodings
 from identifiable_cl.spec import CHANGEABLE, REFUSED, RunSpec
 from identifiable_cl.migration import migrate, schema_version
@@ -135,13 +135,24 @@ def with_cross_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``config`` with the defaults that depend on another component filled in, so that any loss
     swapped in with ``--loss.name=NAME`` trains on the process it meets: where the process draws separate
     negatives (``dgp.negatives.name`` not none) and no part of the loss uses them yet, the loss, or each
-    ensemble member, that takes a ``negatives`` option and sets none uses them (``negatives: independent``). A
-    config that was valid without this stays as it was. ``encoder.normalize: auto`` is resolved by
-    :func:`check`, which builds the loss."""
+    ensemble member, that takes a ``negatives`` option and sets none uses them (``negatives: independent``); a
+    loss that takes a ``segments`` option and sets none tells apart the marginal's ``dgp.marginal.segments``
+    where it sets one. A config that was valid without this stays as it was. ``encoder.normalize: auto`` is
+    resolved by :func:`check`, which builds the loss."""
     config = copy.deepcopy(dict(config))
     if config["dgp"]["negatives"]["name"] != "none" and not _uses_separate_negatives(config["loss"]):
         config["loss"] = _independent_negatives(config["loss"])
+    marginal = config["dgp"]["marginal"]
+    segments = marginal.get("segments") if isinstance(marginal, Mapping) else None
+    if segments is not None and _takes(config["loss"], "segments") and "segments" not in config["loss"]:
+        config["loss"] = {**config["loss"], "segments": segments}
     return config
+
+
+def _takes(spec: Any, option: str) -> bool:
+    """Whether the loss ``spec`` names is registered and takes ``option``."""
+    return (isinstance(spec, Mapping) and isinstance(spec.get("name"), str) and spec["name"] in LOSSES
+            and option in option_parameters(LOSSES.get(spec["name"], "loss.name"))[0])
 
 
 def _uses_separate_negatives(spec: Any) -> bool:
@@ -193,6 +204,28 @@ def check_views(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module
         fail("train.capture", "graph", f"{why}, and its step is not recorded as a CUDA graph: use eager")
 
 
+def check_aux(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module) -> None:
+    """A loss that reads each anchor's auxiliary variable u (its ``uses_aux``) needs a process whose marginal draws
+    one, with as many segments as the loss tells apart, whose conditional keeps it (the loss reads the positive as
+    an observation of the anchor's segment: ``keeps_segment``), and a single view (views pair observations of one
+    latent, whose segment no view's pairing carries)."""
+    if not getattr(loss, "uses_aux", False):
+        return
+    name, marginal = config["loss"]["name"], process.marginal
+    if marginal.segments is None:
+        fail("loss.name", name, f"it reads each anchor's segment u, and dgp.marginal.name="
+             f"{config['dgp']['marginal']['name']!r} draws none: use a marginal that does (segments)")
+    if loss.segments != marginal.segments:
+        fail("loss.segments", loss.segments, f"the process draws {marginal.segments} segments "
+             "(dgp.marginal.segments): give both the same")
+    if not getattr(process.conditional, "keeps_segment", False):
+        fail("dgp.conditional.name", config["dgp"]["conditional"]["name"], f"loss {name!r} reads each positive as an "
+             "observation of its anchor's segment, and this conditional does not keep the segment: use same_segment")
+    if process.view_count > 1:
+        fail("loss.name", name, f"it reads each anchor's segment u, and a process with {process.view_count} views "
+             "(dgp.views) pairs views instead: use one view")
+
+
 def check_eval_sizes(config: Mapping[str, Any], process: dgp.Process, encoder: nn.Module) -> None:
     """The evaluation's sample sizes against what its fits need, each named by its key: a regression on h (the
     encoder's d columns, or the observations' D for the identity baseline) needs at least d + 2 fit rows, and
@@ -235,6 +268,7 @@ def check(config: Mapping[str, Any]) -> RunSpec:
     encoder, loss = encoder.to(process.dtype), loss.to(process.dtype)
     check_fit(config, encoder, loss)
     check_views(config, process, loss)
+    check_aux(config, process, loss)
     check_eval_sizes(config, process, encoder)
     batch_size = config["train"]["batch_size"]
     batch = process.sample(min(batch_size, 3), process.make_generator(0))
@@ -243,7 +277,7 @@ def check(config: Mapping[str, Any]) -> RunSpec:
             if batch.views is not None:
                 pair_loss(loss, *view_encodings(encoder, batch))
             else:
-                loss(*split_encodings(encoder(observations(batch, process.dim)), batch))
+                loss(*split_encodings(encoder(observations(batch, process.dim)), batch), **loss_arguments(loss, batch))
     except ValueError as exc:
         if batch_size == 1:
             fail("train.batch_size", 1, f"the loss needs at least 2 anchors per batch ({exc})")

@@ -15,29 +15,45 @@ SMALL = {k: v for k, v in TINY.items() if not k.startswith("eval.") or k == "eva
 """The tiny preset's sizes that a preset's own settings (its encoder, batch, evaluation) give way to."""
 
 
-def loss_names() -> list[str]:
+SEGMENTS = {"dgp.space.name": "euclidean", "dgp.marginal.name": "segments", "dgp.conditional.name": "same_segment"}
+"""The process a loss that reads each anchor's segment (its ``uses_aux``) is swapped into instead of the default's."""
+
+
+def loss_names(aux: bool | None = None) -> list[str]:
+    """The registered losses; with ``aux`` given, those that read the anchors' segments (True) or not (False)."""
     LOSSES.load_entry_points()
-    return LOSSES.names()
+    return [n for n in LOSSES.names() if aux is None or getattr(LOSSES.get(n), "uses_aux", False) == aux]
 
 
 @pytest.mark.parametrize("name", loss_names())
 def test_every_loss_trains_from_the_default_config(name, tmp_path, capsys):
-    assert main(["train", f"--loss.name={name}", *tiny_args(**{"train.steps": 2}), "--quiet",
+    process = SEGMENTS if name in loss_names(aux=True) else {}
+    assert main(["train", f"--loss.name={name}", *tiny_args(**{"train.steps": 2, **process}), "--quiet",
                  "--run-dir", str(tmp_path / "run")]) == 0, capsys.readouterr().err
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert saved["loss"]["name"] == name and saved["encoder"]["normalize"] in ("none", "sphere")
 
 
 @pytest.mark.parametrize("preset", preset_names())
-@pytest.mark.parametrize("name", loss_names())
+@pytest.mark.parametrize("name", loss_names(aux=False))
 def test_every_loss_is_accepted_on_every_preset(name, preset):
     config = load_config(preset, {**SMALL, "loss.name": name})
     assert config["loss"]["name"] == name
 
 
+@pytest.mark.parametrize("preset", preset_names())
+@pytest.mark.parametrize("name", loss_names(aux=True))
+def test_a_loss_that_reads_segments_is_refused_on_a_preset_whose_process_draws_none(name, preset):
+    """Refused in one line by a key of the loss or the process (the first rule broken: the segments, or separate
+    negatives it does not use)."""
+    with pytest.raises(ValueError, match=r"^(loss|dgp)\.[a-z.]+=\S+ is invalid: ") as raised:
+        load_config(preset, {**SMALL, "loss.name": name})
+    assert f"'{name}'" in str(raised.value) and "\n" not in str(raised.value)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", preset_names())
-@pytest.mark.parametrize("name", loss_names())
+@pytest.mark.parametrize("name", loss_names(aux=False))
 def test_every_loss_trains_on_every_preset(name, preset, tmp_path, capsys):
     args = [f"--{k}={v}".replace(" ", "") for k, v in {**SMALL, "train.steps": 2}.items()]
     assert main(["train", preset, f"--loss.name={name}", *args, "--quiet", "--run-dir", str(tmp_path / "run")]) == 0, (

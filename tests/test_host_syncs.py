@@ -24,6 +24,9 @@ SETTINGS = {
     "MoCo's queue": {"loss.negatives": "queue", "loss.queue.size": 64},
     "loss pcl on AR(1) sources": {"loss.name": "pcl", "dgp.space.name": "euclidean", "dgp.marginal.name": "ar1",
                                   "dgp.conditional.name": "ar1"},
+    **{f"loss {name} on segment-modulated sources": {
+        "loss.name": name, "dgp.space.name": "euclidean", "dgp.marginal.name": "segments",
+        "dgp.conditional.name": "same_segment"} for name in ("tcl", "gcl")},
     "bf16 with gradient clipping": {"train.precision": "bf16", "optim.grad_clip": 1.0},
     "sphere, vMF (Wood's sampler in blocks)": SPHERE,
     "sphere, vMF, tilted hard negatives": {**SPHERE, "dgp.negatives.name": "tilted"},

@@ -2,9 +2,10 @@
 
 ``infonce``, ``aninfonce``, ``hard_negative`` and ``ensemble`` (InfoNCE's family); ``nce`` (binary
 noise-contrastive estimation), ``nwj`` (the Nguyen–Wainwright–Jordan bound), ``margin`` (the pairwise
-contrastive loss with a margin), ``triplet``, ``scl`` (the spectral contrastive loss) and ``pcl``
-(permutation-contrastive learning, real against time-permuted pairs); see each module
-for the equation it implements and its source, and ``base`` for the negative sets and reductions.
+contrastive loss with a margin), ``triplet``, ``scl`` (the spectral contrastive loss), ``pcl``
+(permutation-contrastive learning, real against time-permuted pairs), ``tcl`` (time-contrastive learning, a
+classifier of the segment) and ``gcl`` (generalized contrastive learning, real against permuted segment labels);
+see each module for the equation it implements and its source, and ``base`` for the negative sets and reductions.
 """
 
 from dgp.registry import Registry
@@ -13,7 +14,7 @@ LOSSES = Registry("losses", "loss")
 """Losses by name."""
 
 from identifiable_cl.losses import (  # noqa: E402,F401
-    aninfonce, blocked, ensemble, hard_negative, infonce, margin, native, nce, nwj, pcl, scl, triplet,
+    aninfonce, blocked, ensemble, gcl, hard_negative, infonce, margin, native, nce, nwj, pcl, scl, tcl, triplet,
 )
 from identifiable_cl.losses.aninfonce import AnInfoNCE  # noqa: E402
 from identifiable_cl.losses.base import ContrastiveLoss  # noqa: E402

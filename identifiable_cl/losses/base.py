@@ -136,6 +136,22 @@ def check_dim(value: Any) -> int:
     return checks.integer("dim", value, minimum=1)
 
 
+def check_segments(value: Any) -> int:
+    """The number S >= 2 of segments a loss with ``uses_aux`` tells apart."""
+    return checks.integer("segments", value, minimum=2)
+
+
+def checked_labels(u: Tensor | None, batch: int, key: str, name: str) -> Tensor:
+    """``u`` checked to be ``(batch,)`` int64 segment labels (their values are not read: that would make a GPU
+    wait; the run's check matches the loss's segments with the process's)."""
+    if u is None:
+        raise ValueError(f"{key}.name={name!r} is invalid: it reads each anchor's segment u, and none was given: "
+                         "train it on a process whose marginal draws one (dgp.marginal.name: segments)")
+    if u.shape != (batch,) or u.dtype != torch.int64:
+        raise ValueError(f"u must hold (B={batch},) int64 segment labels; got shape {tuple(u.shape)} and {u.dtype}")
+    return u
+
+
 def pairwise_similarity(a: Tensor, b: Tensor, kind: str) -> Tensor:
     """All-pairs similarity ``(..., n, m)`` of rows ``a (..., n, d)`` and ``b (..., m, d)``.
 
@@ -475,6 +491,11 @@ class ContrastiveLoss(nn.Module):
     queue: QueueOptions | None = None
     """MoCo's queue (``identifiable_cl.losses.queue``) of a loss with ``negatives: queue``: the trainer then
     passes the momentum encoder's keys as ``h_pos`` and the queued keys as ``h_neg`` (M, d)."""
+    uses_aux: bool = False
+    """The loss reads each anchor's auxiliary variable: the step calls ``forward(h, h_pos, h_neg, u=batch.u)``
+    with the ``(B,)`` int64 segment labels of ``dgp.Batch.u`` (:func:`identifiable_cl.solvers.base.loss_arguments`),
+    and a run whose process draws none, or another number of segments than the loss's ``segments``, is refused
+    when it is checked."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -46,6 +46,11 @@ REFUSED = {("nce", "negatives", "first_view"), ("nwj", "negatives", "first_view"
 pairs take their past points from the batch rolled by one row or from the DGP's negatives, no other set."""
 
 
+def labels(loss: ContrastiveLoss, B: int, device: torch.device) -> dict:
+    """The segment labels ``u`` (B,) of a loss that reads them (its ``uses_aux``), each segment in turn; else none."""
+    return {"u": torch.arange(B, device=device) % loss.segments} if loss.uses_aux else {}
+
+
 def exercise(spec: dict, device: torch.device) -> None:
     d = 5
     refused = [(spec["name"], k, v) for k, v in spec.items() if isinstance(v, str) and (spec["name"], k, v) in REFUSED]
@@ -56,6 +61,7 @@ def exercise(spec: dict, device: torch.device) -> None:
     loss = LOSSES.build(spec, key="loss", dim=d).to(device)
     assert isinstance(loss, ContrastiveLoss)
     assert isinstance(loss.requires_negatives, bool) and isinstance(loss.needs_unit_norm, bool)
+    assert isinstance(loss.uses_aux, bool)
     grouped = [p for g in loss.param_groups() for p in g["params"]]
     assert {id(p) for p in grouped} == {id(p) for p in loss.parameters()}
     assert len(grouped) == len({id(p) for p in grouped})
@@ -65,6 +71,7 @@ def exercise(spec: dict, device: torch.device) -> None:
         for B in (4, 7):
             h = torch.randn(B, d, generator=g, device=device, dtype=dtype)
             hp = h + 0.1 * torch.randn(B, d, generator=g, device=device, dtype=dtype)
+            aux = labels(loss, B, device)
             negatives = [None]
             if loss.requires_negatives:
                 negatives = [
@@ -73,7 +80,7 @@ def exercise(spec: dict, device: torch.device) -> None:
                 ]
             for hn in negatives:
                 inputs = [x.requires_grad_() for x in (h, hp, hn) if x is not None]
-                value = loss(h, hp, hn)
+                value = loss(h, hp, hn, **aux)
                 assert value.dim() == 0 and value.dtype == dtype
                 assert value.device.type == device.type and torch.isfinite(value)
                 loss.zero_grad()
@@ -90,7 +97,7 @@ def exercise(spec: dict, device: torch.device) -> None:
     twin = LOSSES.build(spec, key="loss", dim=d).to(device=device, dtype=torch.float64)
     twin.load_state_dict(loss.state_dict())
     hn = negatives[0].detach() if loss.requires_negatives else None
-    torch.testing.assert_close(twin(h.detach(), hp.detach(), hn), loss(h.detach(), hp.detach(), hn))
+    torch.testing.assert_close(twin(h.detach(), hp.detach(), hn, **aux), loss(h.detach(), hp.detach(), hn, **aux))
 
 
 @pytest.mark.parametrize("spec", cases())

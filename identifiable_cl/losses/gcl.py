@@ -1,0 +1,101 @@
+"""Generalized contrastive learning (Hyvärinen, Sasaki & Turner, AISTATS 2019) for a discrete auxiliary variable:
+logistic regression of real (x, u) pairs against pairs with another observation's u."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dgp import checks
+from dgp.segments import DEFAULT_SEGMENTS
+from identifiable_cl.losses import LOSSES
+from identifiable_cl.losses.base import (
+    ContrastiveLoss, check_dim, check_lr, check_segments, checked_labels, prepared_inputs,
+)
+from identifiable_cl.losses.tcl import FEATURES
+
+DEFAULT_BASIS = ("identity", "square")
+"""φ(y) = (y, y²): the statistics of an exponential family of order 2, as Gaussian mean and scale modulation has."""
+
+
+def check_basis(value: Any) -> tuple[str, ...]:
+    """A non-empty list of distinct names of :data:`~identifiable_cl.losses.tcl.FEATURES`."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value:
+        checks.fail("basis", value, f"a non-empty list of the pointwise functions {', '.join(FEATURES)}")
+    for name in value:
+        checks.choice("basis", name, FEATURES)
+    if len(set(value)) != len(value):
+        checks.fail("basis", value, "names a function twice")
+    return tuple(value)
+
+
+@LOSSES.register("gcl")
+class GCL(ContrastiveLoss):
+    """GCL's loss for a discrete auxiliary variable u (a segment, ``dgp.Batch.u``): binary logistic regression of
+    real pairs (x, u_j) against pairs (x, u*_j) whose u is another row's, for x the anchor x_j and the positive
+    x+_j of row j (both observations of its segment u_j: the run's conditional keeps the segment, as
+    ``same_segment`` does; 2B real and 2B fake pairs per batch, as many observations as InfoNCE encodes), with the
+    paper's regression function
+    r(x, u) = Σ_i ψ_i(h_i(x), u) (Hyvärinen, Sasaki & Turner 2019), ψ_i a learnt per-segment table over a basis φ
+    of pointwise functions:
+
+        r(x, u) = Σ_i Σ_k W_{u,i,k} φ_k(h_i(x)) + c_u,
+        L = mean over x, j of softplus(-r(x, u_j)) + mean over x, j of softplus(r(x, u*_j)),    u*_j = u_{j+1 mod B},
+
+    W ``(S, d, K)`` and c ``(S,)`` learnt, started at 0; softplus(x) = log(1 + e^x), the negative log-likelihood
+    of a logistic classifier. The default basis φ(y) = (y, y²) is an exponential family of order 2 in each
+    source given u (Gaussian mean and scale modulation; the IIA-GCL code, hmorioka/IIA, scores h² and h with
+    modulated weights); ``abs`` gives Laplace scale modulation's |y|. A term of x alone that is a sum over the
+    coordinates of the basis (as the IIA-GCL score's Σ_i h_i²) is already in the table: the same in every row of
+    W; so is a constant, in c.
+
+    The fake labels u* are the batch's labels rolled by one row, a fixed derangement that draws nothing, so a run
+    stays reproducible and resumable; batch rows are independent draws, so each fake pair (x, u_{j+1}) is a draw
+    of p(x) p(u), exactly, as the paper's randomised u (B >= 2). The theorems (ibid.): for sources conditionally
+    independent given u in an exponential family whose modulation varies enough over u, the optimal h recovers
+    the sources up to pointwise transforms, or, for families of order 1, their statistics up to a linear map.
+    ``h_neg`` is not read.
+    """
+
+    OPTION_DOCS = {
+        'segments': "S >= 2, the number of values of u the table holds; a run's process must draw as many "
+                    "(dgp.marginal.segments, which it copies when left out)",
+        'basis': "the pointwise functions φ_k of ψ_i(y, u) = Σ_k W_(u,i,k) φ_k(y): a list of 'identity', 'abs', "
+                 "'square' (default [identity, square])",
+        'lr': "learning rate of W and c (None = the trainer's loss lr)",
+    }
+    uses_aux = True
+    mi_bound = None
+    """No bound on I(z; z+): the evaluation reads none
+    (:func:`identifiable_cl.evaluation.information.information_metrics`)."""
+
+    def __init__(self, *, dim: int, segments: int = DEFAULT_SEGMENTS, basis: Any = DEFAULT_BASIS,
+                 lr: float | None = None):
+        super().__init__()
+        self.dim = check_dim(dim)
+        self.segments = check_segments(segments)
+        self.basis = check_basis(basis)
+        self.lr = check_lr(lr)
+        self.table = nn.Parameter(torch.zeros(self.segments, self.dim, len(self.basis)))
+        self.offset = nn.Parameter(torch.zeros(self.segments))
+
+    def score(self, h: Tensor, u: Tensor) -> Tensor:
+        """r(x, u) ``(N,)`` for encodings h = h(x) ``(N, d)`` and labels u ``(N,)`` int64."""
+        statistics = torch.stack([FEATURES[name](h) for name in self.basis], dim=-1)
+        return (self.table.index_select(0, u) * statistics).sum((1, 2)) + self.offset.index_select(0, u)
+
+    def forward(self, h: Tensor, h_pos: Tensor, h_neg: Tensor | None = None, u: Tensor | None = None) -> Tensor:
+        """Scalar loss for h, h_pos ``(B, d)`` (h_neg unread) and their segments u ``(B,)`` int64."""
+        h, h_pos, _ = prepared_inputs(h, h_pos, h_neg, self.dim, False)
+        u = checked_labels(u, h.shape[0], self.config_key, "gcl")
+        if h.shape[0] < 2:
+            raise ValueError(f"{self.config_key}.name='gcl' pairs each row with the next row's label u and needs at "
+                             f"least 2 samples; got a batch of {h.shape[0]}")
+        rows, real, fake = torch.cat([h, h_pos]), torch.cat([u, u]), u.roll(-1).repeat(2)
+        return -F.logsigmoid(self.score(rows, real)).mean() - F.logsigmoid(-self.score(rows, fake)).mean()
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, segments={self.segments}, basis={list(self.basis)}"

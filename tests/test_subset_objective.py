@@ -197,10 +197,12 @@ def test_icl_train_records_and_prints_every_shared_block_beside_the_identity_bas
     assert "linear R² [shared_1_2]" in printed and "R² of each block" in printed
 
 
-@pytest.mark.parametrize("selection, width", [("ground_truth", 5), ("gumbel", 5), ("concat", 12)])
+@pytest.mark.parametrize("selection, width", [("ground_truth", 5), ("gumbel", 5), ("concat", 12), (None, 5)])
 def test_a_steady_state_step_makes_no_host_synchronisation_and_no_upload(selection, width, monkeypatch):
+    """Each selection, and the views' pair loss without contrasted subsets (None)."""
     monkeypatch.setenv("ICL_KERNELS", "eager")
-    c = build(yao_config(**{"dgp.views.selection": selection, "encoder.output_dim": width}))
+    views = {"name": "subsets", "latents": PAPER_VIEWS, **({"contrast": "all", "selection": selection} if selection else {})}
+    c = build(yao_config(**{"dgp.views": views, "encoder.output_dim": width}))
     for _ in range(3):
         c.step()
     assert host_syncs(c.step) == {}

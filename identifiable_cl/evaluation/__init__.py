@@ -3,7 +3,8 @@
 Pure functions (torch tensors or numpy arrays in, plain Python results out): ``linear_r2``,
 ``nonlinear_r2``, ``mcc``, ``correlation_matrix``, ``block_r2``, ``block_aware_mcc``,
 ``random_rotation_reference`` (the chance level of block-aware MCC), ``lambda_recovery``,
-``spectrum``, ``effective_rank``, ``metrics``; the metric catalog (``METRICS``, ``Metric``, ``Scoring``:
+``spectrum``, ``effective_rank``, ``metrics``, ``unmixed_mcc`` (MCC after a FastICA unmixing, as TCL and PCL
+score); the metric catalog (``METRICS``, ``Metric``, ``Scoring``:
 every measure declared once, :mod:`identifiable_cl.evaluation.catalog`). Wrappers: ``evaluate`` and
 ``identity_baseline`` draw held-out samples from a data-generating process and an encoder;
 ``linear_readout`` returns true and linearly read-out test latents for scatter plots.
@@ -18,6 +19,7 @@ from identifiable_cl.evaluation.mcc import correlation_matrix, mcc
 from identifiable_cl.evaluation.regression import linear_r2, nonlinear_r2
 from identifiable_cl.evaluation.records import BlockMCCResult, KernelR2Result, MCCResult, R2Result, SpectrumResult
 from identifiable_cl.evaluation.spectrum import effective_rank, spectrum
+from identifiable_cl.evaluation.unmixing import unmixed_mcc
 from identifiable_cl.evaluation.wrappers import evaluate, identity_baseline, linear_readout, metrics
 
 __all__ = [
@@ -46,4 +48,5 @@ __all__ = [
     "random_rotation_reference",
     "spectrum",
     "split_by_block",
+    "unmixed_mcc",
 ]

@@ -35,6 +35,7 @@ from identifiable_cl.evaluation.orthogonal import orthogonal_r2
 from identifiable_cl.evaluation.records import R2Result
 from identifiable_cl.evaluation.regression import linear_r2, nonlinear_r2
 from identifiable_cl.evaluation.spectrum import spectrum
+from identifiable_cl.evaluation.unmixing import unmixed_mcc
 
 METRICS = Registry("metrics")
 """Metric classes by the key they report (entry-point group ``identifiable_cl.metrics``)."""
@@ -261,6 +262,61 @@ class SpearmanMCC(_MCC):
 
     label, method, rank = "MCC (Spearman)", "spearman", 40
     tests = "a permutation and monotone element-wise maps"
+
+
+class _UnmixedMCC(Metric):
+    """MCC of a target t(z) and the components of h after the FastICA unmixing fitted on the fit sample
+    (:mod:`identifiable_cl.evaluation.unmixing`), off unless its own switch is on; FastICA starts from a seed
+    drawn from a copy of the scoring's generator (:func:`reference_generator`), so the other metrics' draws stay
+    as they are and the same scoring gives the same score."""
+
+    target, method = "sources", "pearson"
+
+    def __call__(self, s: Scoring) -> dict[str, Any]:
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=reference_generator(s.generator)))
+        result = unmixed_mcc(s.z_fit, s.h_fit, s.z_test, s.h_test, target=self.target, method=self.method,
+                             in_sample=s.in_sample, seed=seed)
+        return {self.key: result.mean, f"{self.key}_per_dim": result.per_dim}
+
+
+@METRICS.register("mcc_ica_pearson")
+class ICAPearsonMCC(_UnmixedMCC):
+    """Pearson MCC of z and FastICA's components of h: 1 when h = A z + b for an invertible A (non-Gaussian z)."""
+
+    label, rank, enabled_by = "MCC after FastICA (Pearson)", 42, "eval.mcc_ica_pearson"
+    tests = "an invertible linear map (FastICA unmixing), then a permutation and element-wise rescaling"
+    switch = "also measure the Pearson MCC of z and the FastICA components of h (unmixing fitted on the fit sample)"
+
+
+@METRICS.register("mcc_ica_spearman")
+class ICASpearmanMCC(_UnmixedMCC):
+    """Spearman MCC of z and FastICA's components of h: 1 when h = A f(z) + b with f element-wise monotone (the
+    class PCL's score form recovers, where its f_i are monotone)."""
+
+    label, rank, enabled_by, method = "MCC after FastICA (Spearman)", 43, "eval.mcc_ica_spearman", "spearman"
+    tests = "an invertible linear map of element-wise monotone maps (FastICA unmixing, then a permutation)"
+    switch = "also measure the Spearman MCC of z and the FastICA components of h (unmixing fitted on the fit sample)"
+
+
+@METRICS.register("mcc_ica_abs_pearson")
+class ICAAbsPearsonMCC(_UnmixedMCC):
+    """Pearson MCC of |z| and FastICA's components of h, as the TCL code scores its features: 1 when
+    h = A |z| + b (TCL's features of Laplace sources)."""
+
+    label, rank, enabled_by, target = "MCC of |z| after FastICA (Pearson)", 44, "eval.mcc_ica_abs_pearson", "abs"
+    tests = "an invertible linear map of |z| (FastICA unmixing), then a permutation and element-wise rescaling"
+    switch = "also measure the Pearson MCC of |z| and the FastICA components of h (TCL's evaluation)"
+
+
+@METRICS.register("mcc_ica_abs_spearman")
+class ICAAbsSpearmanMCC(_UnmixedMCC):
+    """Spearman MCC of |z| and FastICA's components of h: 1 when h = A g(|z|) + b with g element-wise monotone
+    (|z| and z² alike, TCL's q(s) for Laplace and Gaussian-scale sources)."""
+
+    label, rank, enabled_by = "MCC of |z| after FastICA (Spearman)", 45, "eval.mcc_ica_abs_spearman"
+    target, method = "abs", "spearman"
+    tests = "an invertible linear map of element-wise monotone maps of |z| (FastICA unmixing, then a permutation)"
+    switch = "also measure the Spearman MCC of |z| and the FastICA components of h (|z| and z² alike)"
 
 
 @METRICS.register("mcc_block_aware")

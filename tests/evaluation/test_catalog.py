@@ -22,13 +22,15 @@ def pairs(seed=0, n=4, fit=600, test=900):
 def test_every_metric_is_declared_once_in_rank_order_with_what_it_tests():
     catalog = ordered()
     keys = [m.key for m in catalog]
-    assert keys == ["r2_linear", "r2_nonlinear", "r2_orthogonal", "mcc_pearson", "mcc_spearman", "mcc_block_aware",
+    assert keys == ["r2_linear", "r2_nonlinear", "r2_orthogonal", "mcc_pearson", "mcc_spearman", "mcc_ica_pearson",
+                    "mcc_ica_spearman", "mcc_ica_abs_pearson", "mcc_ica_abs_spearman", "mcc_block_aware",
                     "effective_rank", "dci", "lambda_relative_error", "mi_true"]
     assert [m.key for m in catalog if m.of_run] == ["lambda_relative_error", "mi_true"]
     assert all(m.label and m.tests for m in catalog)
     assert references() == {"mcc_block_aware": "mcc_block_aware_random_rotation"}
     assert block_prefixes() == ("r2_linear_", "r2_nonlinear_")
     assert list(labels()) == ["r2_linear", "r2_nonlinear", "r2_orthogonal", "mcc_pearson", "mcc_spearman",
+                              "mcc_ica_pearson", "mcc_ica_spearman", "mcc_ica_abs_pearson", "mcc_ica_abs_spearman",
                               "mcc_block_aware", "mcc_block_aware_random_rotation", "dci_disentanglement",
                               "dci_completeness", "dci_informativeness"]
 
@@ -84,7 +86,7 @@ def shrinkage(monkeypatch):
 def test_a_metric_plugin_declares_its_own_eval_switch(shrinkage):
     from identifiable_cl import check, load_config
 
-    assert switches() == {"eval.shrinkage": (False, "also measure std(h) / std(z)")}
+    assert switches()["eval.shrinkage"] == (False, "also measure std(h) / std(z)")
     z_fit, h_fit, z_test, h_test = pairs()
     scoring = Scoring(z_fit, h_fit, z_test, h_test)
     assert "shrinkage" not in compute(scoring, {})  # its default: off

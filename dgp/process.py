@@ -190,6 +190,8 @@ class Process(nn.Module):
             part.sampler = self.sampler
         self._check_blocks()
         self.views = VIEWS.build(cfg.get("views", SINGLE_VIEW), self.blocks, dim, key="dgp.views")
+        for v, dims in enumerate(self.views.dims if self.view_count > 1 else []):  # index_select's, not saved
+            self.register_buffer(f"_seen{v}", torch.tensor(dims), persistent=False)
         sizes = self.observed_dims
         self.mixing = MIXINGS.build(cfg["mixing"], sizes[0], rng("mixing"), key="dgp.mixing")
         self.view_mixings = nn.ModuleList(
@@ -253,7 +255,7 @@ class Process(nn.Module):
         mixing = self.mixing if view == 0 else self.view_mixings[view - 1]
         flat = z.reshape(-1, self.dim)
         if self.view_count > 1:
-            flat = flat.index_select(-1, self.views.seen(view))
+            flat = flat.index_select(-1, getattr(self, f"_seen{view}"))
         return mixing(flat).reshape(*z.shape[:-1], -1)
 
     def _check_draw(self, n: Any, generator: Any, key: str) -> int:

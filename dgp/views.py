@@ -10,10 +10,9 @@ and no modality-specific blocks it is the multi-view setting.
 
 A views component is registered in :data:`VIEWS` and built as ``cls(blocks, dim, **options)`` from the
 process's named latent blocks (name -> dimensions) and its latent dimension n. It exposes ``dims`` (per
-view, the latent dimensions it sees, in order; with V >= 2 views ``seen(v)`` gives view v's as a LongTensor on
-the process's device), ``shared_mixing`` (one mixing for every view), ``contrasted``
-and ``selection`` (below; None unless set) and ``describe()``. The process draws the mixings: view 1's from the stream ``dgp.mixing`` (the one a
-single-view process uses), view v's from ``dgp.mixing.view<v>``.
+view, the latent dimensions it sees, in order), ``shared_mixing`` (one mixing for every view) and
+``describe()``, and may expose ``contrasted`` and ``selection`` (below). The process draws the mixings: view
+1's from the stream ``dgp.mixing`` (the one a single-view process uses), view v's from ``dgp.mixing.view<v>``.
 
 Yao, Müller & Locatello (ICLR 2024, "Multi-View Causal Representation Learning with Partial Observability")
 contrast subsets of views, each on the block its views share: ``contrast`` lists the subsets (``contrasted``:
@@ -27,8 +26,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Mapping, Sequence
 
-import torch
-from torch import Tensor, nn
+from torch import nn
 
 from dgp import checks
 from dgp.defaults import BUILTIN_MODULES
@@ -45,8 +43,6 @@ class SingleView(nn.Module):
     """One view of every latent dimension: x = g(z), x+ = g(z+) (every process without views)."""
 
     shared_mixing = False
-    contrasted = None
-    selection = None
 
     def __init__(self, blocks: Mapping[str, Sequence[int]], dim: int):
         super().__init__()
@@ -96,8 +92,6 @@ class Subsets(nn.Module):
                 checks.fail("latents", latents, f"view {v + 1} names a block twice")
             self.dims.append([i for name in seen for i in blocks[name]])
         self.latents = [list(v) for v in latents]
-        for v, dims in enumerate(self.dims):  # not saved: the latents' layout, rebuilt from the config
-            self.register_buffer(f"seen{v}", torch.tensor(dims), persistent=False)
         if self.shared_mixing and len({len(d) for d in self.dims}) > 1:
             checks.fail("shared_mixing", True, "one shared mixing needs views of one size; these see "
                         f"{', '.join(str(len(d)) for d in self.dims)} dimensions")
@@ -105,10 +99,6 @@ class Subsets(nn.Module):
         if selection is not None and contrast is None:
             checks.fail("selection", selection, "selects the coordinates of contrasted subsets: set contrast too")
         self.selection = None if contrast is None else checks.choice("selection", selection or SELECTIONS[0], SELECTIONS)
-
-    def seen(self, view: int) -> Tensor:
-        """View ``view``'s (0-based) latent dimensions ``dims[view]`` as a LongTensor on the views' device."""
-        return getattr(self, f"seen{view}")
 
     def shared(self, views: Sequence[int]) -> list[int]:
         """The latent dimensions every view of ``views`` (0-based) sees, ascending: I_s = ∩_{v∈s} S_v."""

@@ -122,11 +122,38 @@ def test_saved_and_loaded():
     ({"marginal": {"name": "gaussian_blocks", "dependent_dims": -1}}, "dgp.marginal.dependent_dims=-1 is invalid"),
     ({"space": "sphere", "views": "single"}, "dgp.space.name='sphere' is invalid"),
     ({"views": {"name": "subsets", "latents": [["z0", "z6"], ["z1"]]}}, "view 1 names the block 'z6'"),
+    ({"views": {"name": "subsets", "latents": PAPER_VIEWS, "contrast": [[1]]}}, "dgp.views.contrast=[[1]] is "
+     "invalid: [1] is not a subset of >= 2 distinct view numbers 1..4"),
+    ({"views": {"name": "subsets", "latents": PAPER_VIEWS, "contrast": [[1, 5]]}}, "[1, 5] is not a subset"),
+    ({"views": {"name": "subsets", "latents": PAPER_VIEWS, "contrast": [[1, 2], [2, 1]]}}, "[2, 1] is listed twice"),
+    ({"views": {"name": "subsets", "latents": [["z0"], ["z1"], ["z0", "z2"]], "contrast": [[1, 2]]}},
+     "dgp.views.contrast=[[1, 2]] is invalid: views [1, 2] share no latent block"),
+    ({"views": {"name": "subsets", "latents": [["z0"], ["z1"]], "contrast": "all"}}, "no two views share"),
+    ({"views": {"name": "subsets", "latents": PAPER_VIEWS, "contrast": "some"}}, "null, all, or a list of subsets"),
+    ({"views": {"name": "subsets", "latents": PAPER_VIEWS, "selection": "gumbel"}}, "dgp.views.selection='gumbel' "
+     "is invalid: selects the coordinates of contrasted subsets: set contrast too"),
+    ({"views": {"name": "subsets", "latents": PAPER_VIEWS, "contrast": "all", "selection": "learned"}},
+     "dgp.views.selection='learned' is invalid: allowed: 'ground_truth', 'gumbel', 'concat'"),
 ])
 def test_bad_options_name_the_key(changes, message):
     with pytest.raises(ValueError) as error:
         partial(**changes)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_contrasted_subsets_and_their_shared_blocks():
+    """Every subset of >= 2 of the paper's views shares z0 and z1; by size, then in order (the code's powerset)."""
+    views = partial(views={"name": "subsets", "latents": PAPER_VIEWS, "contrast": "all"}).views
+    assert [s for s, _ in views.contrasted] == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3), (0, 1, 2), (0, 1, 3),
+                                                (0, 2, 3), (1, 2, 3), (0, 1, 2, 3)]
+    shared = dict(views.contrasted)
+    assert shared[(0, 1)] == [0, 1, 2, 4] and shared[(1, 2, 3)] == [0, 1, 5] and shared[(0, 1, 2, 3)] == [0, 1]
+    assert views.selection == "ground_truth"
+    listed = partial(views={"name": "subsets", "latents": PAPER_VIEWS, "contrast": [[4, 2], [1, 2, 3, 4]],
+                            "selection": "concat"}).views
+    assert listed.contrasted == [((1, 3), [0, 1, 4, 5]), ((0, 1, 2, 3), [0, 1])] and listed.selection == "concat"
+    plain = partial().views
+    assert plain.contrasted is None and plain.selection is None
 
 
 def test_registered_by_name():

@@ -102,11 +102,11 @@ class Selection:
             if device not in self._fixed_on:  # uploaded once per device, so that a step uploads nothing
                 self._fixed_on[device] = [[torch.tensor(c, device=device) for c in per] for per in self.fixed]
             return self._fixed_on[device]
-        means = torch.stack([hs[v].detach().mean(0) for _, v in self.pairs])
-        scores = means if noise is None else means + noise
+        means = {v: hs[v].detach().mean(0) for _, v in self.pairs}
         out: list[list[Tensor]] = [[] for _ in self.subsets]
-        for row, (i, _) in enumerate(self.pairs):
-            out[i].append(torch.topk(scores[row], self.sizes[i]).indices.sort().values)
+        for row, (i, v) in enumerate(self.pairs):
+            scores = means[v] if noise is None else means[v] + noise[row]
+            out[i].append(torch.topk(scores, self.sizes[i]).indices.sort().values)
         return out
 
 

@@ -63,3 +63,13 @@ def test_evaluate_views_adds_them_after_its_own_draws():
     assert {k: v for k, v in b.items() if "shared" not in k} == a
     assert b["view4_r2_linear_shared_1_2_3_4"] == pytest.approx(1.0, abs=1e-9)
     assert b["view2_r2_linear_z3"] == pytest.approx(0.0, abs=0.1) and b["r2_linear_z3"] == pytest.approx(1.0)
+
+
+def test_the_gumbel_mode_scores_views_of_different_widths():
+    """The identity baseline of views that see 2 and 3 latents: the selection's mode on each view's own width."""
+    process = partial(mixing="identity", views={"name": "subsets", "latents": [["z0", "z1"], ["z0", "z2", "z3"]],
+                                                "contrast": "all", "selection": "gumbel"})
+    out = shared_block_metrics([lambda x: x] * 2, process, process.make_generator(0), n_fit=500, n_test=500,
+                               nonlinear=False)
+    assert set(out) == {"r2_linear_shared_1_2", "r2_linear_unshared_1_2", "view2_r2_linear_shared_1_2",
+                        "view2_r2_linear_unshared_1_2"}

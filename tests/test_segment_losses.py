@@ -1,18 +1,21 @@
 """The losses that read each anchor's segment (``tcl``, ``gcl``) in a run: what the check refuses, the segments they
 take from the process, and a stacked pack that steps them as each run steps alone."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
-from identifiable_cl.components import build, load_config
+from identifiable_cl.components import build, check_aux, load_config
+from identifiable_cl.losses import LOSSES
 from identifiable_cl.solvers.packed import StackedPack
 from tests.tiny import TINY, tiny_config
 
 SEGMENTS = {"dgp.space.name": "euclidean", "dgp.marginal.name": "segments", "dgp.conditional.name": "same_segment"}
-LOSSES = ("tcl", "gcl")
+NAMES = ("tcl", "gcl")
 
 
-@pytest.mark.parametrize("name", LOSSES)
+@pytest.mark.parametrize("name", NAMES)
 def test_a_process_without_segments_is_refused_naming_the_loss_and_the_marginal(name):
     with pytest.raises(ValueError, match=rf"^loss\.name='{name}' is invalid: it reads each anchor's segment u, and "
                                          r"dgp\.marginal\.name='uniform' draws none") as raised:
@@ -20,7 +23,7 @@ def test_a_process_without_segments_is_refused_naming_the_loss_and_the_marginal(
     assert "\n" not in str(raised.value)
 
 
-@pytest.mark.parametrize("name", LOSSES)
+@pytest.mark.parametrize("name", NAMES)
 def test_the_loss_takes_the_marginals_segments_and_refuses_others(name):
     config = load_config(None, {**TINY, **SEGMENTS, "dgp.marginal.segments": 7, "loss.name": name})
     assert config["loss"]["segments"] == 7
@@ -30,11 +33,20 @@ def test_the_loss_takes_the_marginals_segments_and_refuses_others(name):
         load_config(None, {**TINY, **SEGMENTS, "dgp.marginal.segments": 7, "loss.name": name, "loss.segments": 5})
 
 
-@pytest.mark.parametrize("name", LOSSES)
+@pytest.mark.parametrize("name", NAMES)
 def test_positives_that_leave_the_segment_are_refused(name):
     with pytest.raises(ValueError, match=r"^dgp\.conditional\.name='laplace' is invalid: loss '\w+' reads each "
                                          "positive as an observation of its anchor's segment"):
         load_config(None, {**TINY, **SEGMENTS, "dgp.conditional.name": "laplace", "loss.name": name})
+
+
+def test_views_are_refused_for_a_loss_that_reads_segments():
+    """A plugin's marginal with segments and named blocks could have views: each view's pairing carries no u."""
+    config = load_config(None, {**TINY, **SEGMENTS, "loss.name": "tcl"})
+    process = build(config).process
+    viewed = SimpleNamespace(marginal=process.marginal, conditional=process.conditional, view_count=2)
+    with pytest.raises(ValueError, match=r"^loss\.name='tcl' is invalid: .*a process with 2 views \(dgp\.views\)"):
+        check_aux(config, viewed, LOSSES.build({"name": "tcl"}, key="loss", dim=10))
 
 
 def test_an_ensemble_member_that_reads_segments_is_refused_by_its_key():
@@ -43,7 +55,7 @@ def test_an_ensemble_member_that_reads_segments_is_refused_by_its_key():
         load_config(None, {**TINY, **SEGMENTS, "loss.name": "ensemble", "loss.members": [{"name": "tcl"}]})
 
 
-@pytest.mark.parametrize("name", LOSSES)
+@pytest.mark.parametrize("name", NAMES)
 def test_a_stacked_pack_steps_each_run_as_alone(name):
     configs = [tiny_config(**{**SEGMENTS, "loss.name": name, "dgp.dtype": "float64", "seed": seed,
                               "optim.lr": lr}) for seed, lr in ((0, 1e-3), (1, 3e-3))]

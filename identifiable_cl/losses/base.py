@@ -494,8 +494,8 @@ class ContrastiveLoss(nn.Module):
     uses_aux: bool = False
     """The loss reads each anchor's auxiliary variable: the step calls ``forward(h, h_pos, h_neg, u=batch.u)``
     with the ``(B,)`` int64 segment labels of ``dgp.Batch.u`` (:func:`identifiable_cl.solvers.base.loss_arguments`),
-    and a run whose process draws none, or another number of segments than the loss's ``segments``, is refused
-    when it is checked."""
+    and a run whose process draws none, another number of segments than the loss's ``segments``, or positives
+    outside the anchor's segment, is refused when it is checked (:func:`identifiable_cl.components.check_aux`)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -8,7 +8,8 @@ A segment u is drawn uniformly from 0..S-1; given it, the coordinates of z are i
 ``laplace`` (density ∝ exp(-√2 |ε|), TCL's) or ``normal``. The modulation is drawn once, at construction, from
 the process's ``dgp.marginal`` stream: σ_{u,i} ~ U(σ_low, σ_high] and μ_{u,i} ~ U[-m, m] for every segment and
 coordinate (TCL's official code draws σ ~ U[0, 1] with μ = 0: the defaults; iVAE's and icebeem's draw variances
-U[0.5, 3] and, uncentred, means U[-5, 5]). So log p(z | u) = Σ_i log p_ε((z_i - μ_{u,i}) / σ_{u,i}) - log σ_{u,i}:
+U[0.5, 3] and, uncentred, means U[-5, 5]). With σ_low = σ_high every σ_{u,i} is σ_high, so with m = 0 every segment
+has the same law: stationary sources, independent of u (the case TCL's and GCL's theorems exclude). So log p(z | u) = Σ_i log p_ε((z_i - μ_{u,i}) / σ_{u,i}) - log σ_{u,i}:
 the sources are conditionally independent given u, with a density of u that is an exponential family of order 1
 (Laplace, μ = 0: the statistic |z_i|), or 2 (normal: z_i and z_i²) in each coordinate.
 
@@ -52,7 +53,8 @@ class SegmentsMarginal(Marginal):
         'segments': 'S >= 2, the number of segments u (values of the auxiliary variable), drawn uniformly',
         'law': "the law of the standardised source ε: 'laplace' (TCL's) or 'normal'",
         'std_low': '>= 0: the standard deviations σ_{u,i} are drawn from U(std_low, std_high] (TCL: U(0, 1])',
-        'std_high': '> std_low: see std_low',
+        'std_high': '> 0 and >= std_low: see std_low; equal to std_low, every σ_{u,i} is std_high (with location 0: '
+                    'stationary sources, no modulation across segments)',
         'location': '>= 0: the means μ_{u,i} are drawn from U[-location, location] (0: centred, TCL\'s)',
     }
 
@@ -67,8 +69,8 @@ class SegmentsMarginal(Marginal):
         self.law = checks.choice("law", law, LAWS)
         self.std_low = low = checks.non_negative("std_low", std_low)
         self.std_high = high = checks.positive("std_high", std_high)
-        if high <= low:
-            checks.fail("std_high", std_high, f"must be > std_low ({low:g})")
+        if high < low:
+            checks.fail("std_high", std_high, f"must be >= std_low ({low:g})")
         self.location = checks.non_negative("location", location)
         shape = (self.segments, space.dim)
         self.register_buffer("std", high - (high - low) * torch.rand(shape, generator=rng, dtype=torch.float64))
@@ -93,8 +95,10 @@ class SegmentsMarginal(Marginal):
 
     def describe(self) -> str:
         where = f"μ ~ U[-{self.location:g}, {self.location:g}]" if self.location else "μ = 0"
+        scale = (f"σ = {self.std_high:g}" if self.std_low == self.std_high
+                 else f"σ ~ U({self.std_low:g}, {self.std_high:g}]")
         return (f"{self.segments} segments u drawn uniformly, z_i = μ_(u,i) + σ_(u,i) ε_i with {self.law} ε of "
-                f"variance 1 (σ ~ U({self.std_low:g}, {self.std_high:g}], {where}, drawn once) on "
+                f"variance 1 ({scale}, {where}, drawn once) on "
                 f"{self.space.describe()}")
 
 

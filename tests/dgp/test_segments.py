@@ -82,6 +82,25 @@ def test_the_modulation_is_drawn_once_from_the_stream_within_its_range():
     assert (default.std > 0).all() and (default.std <= 1).all()  # TCL's U(0, 1]
 
 
+def test_equal_bounds_and_no_location_give_stationary_sources_independent_of_the_segment():
+    """std_low = std_high with location 0: every σ_(u,i) is std_high and μ = 0, so z is independent of u (the
+    excluded case of TCL's and GCL's theorems): the per-segment samples of |z_0| pass a Kruskal-Wallis test of one
+    law, which the scale-modulated default fails."""
+    m = marginal(n=3, seed=7, segments=5, std_low=0.7, std_high=0.7)
+    assert torch.equal(m.std, torch.full((5, 3), 0.7, dtype=torch.float64)) and not m.loc.any()
+    assert "σ = 0.7, μ = 0" in m.describe()
+    z, u = m.sample_labelled(20_000, gen(8))
+    assert stats.kstest((z / 0.7).numpy().ravel(), standard_law("laplace").cdf).pvalue > 1e-3
+
+    def by_segment(sample, labels):
+        return [sample[labels == k, 0].abs().numpy() for k in range(5)]
+
+    assert stats.kruskal(*by_segment(z, u)).pvalue > 1e-3
+    modulated = marginal(n=3, seed=7, segments=5)
+    zm, um = modulated.sample_labelled(20_000, gen(8))
+    assert stats.kruskal(*by_segment(zm, um)).pvalue < 1e-6
+
+
 def test_positives_come_from_the_anchors_segment_independent_of_it_given_u():
     process = Process({"dim": 3, "dtype": "float64", "space": "euclidean", "mixing": "identity",
                        "marginal": {"name": "segments", "segments": 4, "location": 2.0}, "conditional": "same_segment"})
@@ -136,7 +155,8 @@ def test_the_process_saves_and_loads_the_modulation():
     ({"segments": 1}, "dgp.marginal.segments", "must be an integer >= 2"),
     ({"law": "cauchy"}, "dgp.marginal.law", "allowed: 'laplace', 'normal'"),
     ({"std_low": -1}, "dgp.marginal.std_low", "must be >= 0"),
-    ({"std_high": 0.5, "std_low": 0.5}, "dgp.marginal.std_high", r"must be > std_low \(0.5\)"),
+    ({"std_high": 0.4, "std_low": 0.5}, "dgp.marginal.std_high", r"must be >= std_low \(0.5\)"),
+    ({"std_high": 0.0, "std_low": 0.0}, "dgp.marginal.std_high", "must be > 0"),
     ({"location": -2}, "dgp.marginal.location", "must be >= 0"),
 ])
 def test_invalid_options_give_one_line_naming_the_key(options, key, message):

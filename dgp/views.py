@@ -37,6 +37,10 @@ VIEWS = Registry("views", "dgp.views", builtins=BUILTIN_MODULES)
 
 SELECTIONS = ("ground_truth", "gumbel", "concat")
 """How the learner selects the encoding coordinates of a contrasted subset's shared block (``selection``)."""
+MAX_VIEWS = 64
+"""The most views a process may have: a step's loss has V(V - 1) terms, and the check builds a mixing per view."""
+MAX_SUBSETS = 1024
+"""The most subsets of views a step may contrast (``contrast``)."""
 
 @VIEWS.register("single")
 class SingleView(nn.Module):
@@ -83,6 +87,9 @@ class Subsets(nn.Module):
         names = ", ".join(blocks)
         if not isinstance(latents, list) or len(latents) < 2 or not all(isinstance(v, list) and v for v in latents):
             checks.fail("latents", latents, f"a list of at least 2 views, each a non-empty list of block names ({names})")
+        if len(latents) > MAX_VIEWS:
+            checks.fail("latents", f"a list of {len(latents)} views", f"at most {MAX_VIEWS} views: a step contrasts "
+                        "every ordered pair of them, V(V - 1) loss terms, and a run draws a mixing per view")
         self.dims = []
         for v, seen in enumerate(latents):
             for name in seen:
@@ -108,6 +115,9 @@ class Subsets(nn.Module):
         """``contrast`` checked, as (views of the subset, 0-based; their shared dimensions) per subset: ``all``
         gives every subset of >= 2 views with a non-empty shared block, by size, then in order."""
         count = len(self.dims)
+        if contrast == "all" and 2**count - count - 1 > MAX_SUBSETS:
+            checks.fail("contrast", contrast, f"{count} views have {2**count - count - 1:,} subsets of >= 2, more than "
+                        f"the {MAX_SUBSETS:,} a step may contrast: list the subsets to contrast")
         if contrast == "all":
             subsets = [s for r in range(2, count + 1) for s in itertools.combinations(range(count), r) if self.shared(s)]
             if not subsets:
@@ -116,6 +126,9 @@ class Subsets(nn.Module):
         allowed = f"null, all, or a list of subsets of the view numbers 1..{count}, each of >= 2 views sharing a latent"
         if not isinstance(contrast, list) or not contrast:
             checks.fail("contrast", contrast, allowed)
+        if len(contrast) > MAX_SUBSETS:
+            checks.fail("contrast", f"a list of {len(contrast):,} subsets", f"at most {MAX_SUBSETS:,}: a step "
+                        "contrasts each of them")
         out = []
         for subset in contrast:
             if (not isinstance(subset, list) or len(subset) < 2 or len(set(subset)) != len(subset)

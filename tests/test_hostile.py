@@ -125,6 +125,16 @@ CASES = {
     "an evaluation with fewer rows than the columns it correlates": (
         ["config", "--eval.n_test=10"], {}, 2,
         "eval.n_test=10 is invalid: must be >= 11: correlating 10 scored latent columns with 10 columns of h needs"),
+    "a process of a thousand views": (
+        ["config", "--dgp.space.name=euclidean", "--dgp.marginal.name=gaussian_blocks", "--dgp.conditional.name=keep",
+         "--dgp.views.name=subsets",
+         "--dgp.views.latents=[" + ",".join(["[z0,z1]"] * 1000) + "]"], {}, 2,
+        "dgp.views.latents='a list of 1000 views' is invalid: at most 64 views: a step contrasts every ordered pair"),
+    "every subset of forty views contrasted": (
+        ["config", "--dgp.space.name=euclidean", "--dgp.marginal.name=gaussian_blocks", "--dgp.conditional.name=keep",
+         "--dgp.views.name=subsets",
+         "--dgp.views.latents=[" + ",".join(["[z0,z1]"] * 40) + "]", "--dgp.views.contrast=all"], {}, 2,
+        "dgp.views.contrast='all' is invalid: 40 views have 1,099,511,627,735 subsets of >= 2, more than the 1,024"),
     "a negative time limit": (
         ["sweep", "submit", "s.yaml", "--cluster", "debug", "--timeout-min", "-1"],
         {"s.yaml": GRID + "  seed: {values: [0]}\n"}, 2, "--timeout-min -1: must be a whole number >= 1"),

@@ -34,6 +34,10 @@ def test_gcl_and_infonce_see_the_same_process_with_the_same_budget_at_every_dept
         assert (gcl["train"], gcl["optim"], gcl["encoder"]) == (infonce["train"], infonce["optim"], infonce["encoder"])
         assert gcl["loss"] == {"name": "gcl", "basis": ["identity"], "segments": 20}
         assert infonce["loss"] == {"name": "infonce", "similarity": "dot", "tau": 1.0}
+    tcl_experiment = load_experiment("hyvarinen2016")
+    for layers in (1, 2, 3, 4):  # one process and one InfoNCE in both experiments: the same runs, seed for seed
+        assert experiment.config(f"infonce_L{layers}", "smoke", seed=1) == tcl_experiment.config(
+            f"infonce_L{layers}", "smoke", seed=1)
     paper = experiment.config("gcl_L3", "paper")
     assert paper["dgp"]["dim"] == 20 and paper["loss"]["segments"] == paper["dgp"]["marginal"]["segments"] == 20
 

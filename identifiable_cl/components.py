@@ -44,6 +44,7 @@ from identifiable_cl.encoders import ENCODERS, ViewEncoders
 from identifiable_cl.losses import LOSSES
 from identifiable_cl.solvers import Solver, solver_class
 from identifiable_cl.solvers.base import loss_arguments, observations, split_encodings
+from identifiable_cl.solvers.subsets import check_subsets, subset_loss
 from identifiable_cl.solvers.views import pair_loss, view_encodings
 from identifiable_cl.spec import CHANGEABLE, REFUSED, RunSpec
 from identifiable_cl.migration import migrate, schema_version
@@ -256,8 +257,9 @@ def check(config: Mapping[str, Any]) -> RunSpec:
     :class:`~identifiable_cl.spec.RunSpec`.
 
     Builds a checking process (:func:`dgp.check_process`), the encoder and the loss on the
-    CPU, applies :func:`check_fit`, then evaluates the loss once on ``min(batch_size, 3)``
-    anchors (a batch of one fails for losses that draw negatives from the batch).
+    CPU, applies :func:`check_fit` (and the rules of views: :func:`check_views`, and for contrasted subsets of
+    views :func:`identifiable_cl.solvers.subsets.check_subsets`), then evaluates the run's loss once on
+    ``min(batch_size, 3)`` anchors (a batch of one fails for losses that draw negatives from the batch).
     """
     validate(config)
     config = with_cross_defaults(config)
@@ -270,11 +272,17 @@ def check(config: Mapping[str, Any]) -> RunSpec:
     check_views(config, process, loss)
     check_aux(config, process, loss)
     check_eval_sizes(config, process, encoder)
+    contrasted = getattr(process.views, "contrasted", None) is not None
+    subsets = check_subsets(config, process, encoder, loss) if contrasted else None
     batch_size = config["train"]["batch_size"]
     batch = process.sample(min(batch_size, 3), process.make_generator(0))
     try:
         with torch.no_grad():
-            if batch.views is not None:
+            if subsets is not None:
+                hs, negs = view_encodings(encoder, batch)
+                chosen = subsets.coordinates(hs, subsets.noise(process.make_generator(0), hs[0]))
+                subset_loss(loss, subsets.subsets, chosen, hs, negs)
+            elif batch.views is not None:
                 pair_loss(loss, *view_encodings(encoder, batch))
             else:
                 loss(*split_encodings(encoder(observations(batch, process.dim)), batch), **loss_arguments(loss, batch))

@@ -184,6 +184,34 @@ def test_bad_input_is_one_line_naming_the_key(extra, message):
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("extra, line", [
+    ({"encoder.output_dim": 4}, "encoder.output_dim=4 is invalid: ground_truth selection of 11 contrasted subsets "
+     "(dgp.views.contrast) needs encodings of at least 5 coordinates"),
+    ({"dgp.views.selection": "concat", "encoder.output_dim": 10}, "encoder.output_dim=10 is invalid: concat "
+     "selection of 11 contrasted subsets (dgp.views.contrast) needs encodings of at least 11 coordinates"),
+    ({"loss": {"name": "nwj", "similarity": "l2", "negatives": "independent"}},
+     "loss.name='nwj' is invalid: the objective over contrasted subsets of views (dgp.views.contrast) applies "
+     "InfoNCE to each subset's selected coordinates: use infonce"),
+])
+def test_icl_config_refuses_what_the_objective_over_subsets_cannot_run(extra, line, capsys, tmp_path, monkeypatch):
+    """The refusals come from the check every planned run goes through (``icl config``, ``icl sweep check``,
+    ``icl train`` before its folder), not from building the run: exit 2, one line naming the key, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    base = {k: v for k, v in YAO.items() if not ("loss" in extra and k.startswith("loss."))}
+    flat = {}
+    for key, value in {**TINY, **base, **extra}.items():
+        flat.update({f"{key}.{k}": v for k, v in value.items()} if isinstance(value, dict) else {key: value})
+    args = [f"--{k}={v}".replace(" ", "").replace("'", "") for k, v in flat.items()]
+    assert main(["config", *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (message,) = captured.err.strip().splitlines()
+    assert line in message
+    assert main(["train", "--out", str(tmp_path / "runs"), *args]) == 2
+    assert line in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_icl_train_records_and_prints_every_shared_block_beside_the_identity_baseline(tmp_path, capsys):
     args = [f"--{k}={v}".replace(" ", "") for k, v in {**TINY, **YAO, "train.steps": 10}.items()]
     assert main(["train", "--out", str(tmp_path / "run"), *args]) == 0

@@ -129,18 +129,27 @@ def subset_loss(loss: nn.Module, subsets: Sequence[Sequence[int]], coordinates: 
     return torch.stack(terms).mean()
 
 
+def check_subsets(config: Mapping[str, Any], process: dgp.Process, encoder: nn.Module, loss: nn.Module) -> Selection:
+    """The rules of the objective over contrasted subsets of views, each a one-line ValueError naming its key: the
+    loss is InfoNCE (``loss.name``), and ``encoder.output_dim`` fits the selection (:meth:`Selection.required`).
+    Returns the run's :class:`Selection`. :func:`identifiable_cl.components.check` applies it to every planned run,
+    before anything is written."""
+    if not isinstance(loss, InfoNCE):
+        checks.fail("loss.name", config["loss"]["name"], "the objective over contrasted subsets of views "
+                    "(dgp.views.contrast) applies InfoNCE to each subset's selected coordinates: use infonce")
+    return Selection(process.views, encoder.output_dim)
+
+
 class SubsetSolver(ViewSolver):
     """:class:`ViewSolver` whose loss is :func:`subset_loss` over the process's contrasted subsets of views
-    (``dgp.views.contrast``), on the coordinates its :class:`Selection` picks; ``selections``: the generator of
-    the Gumbel noise (stream :data:`SELECTION_STREAM`), saved with the run's other generators."""
+    (``dgp.views.contrast``), on the coordinates its :class:`Selection` picks (:func:`check_subsets`, which the
+    run's check has applied already); ``selections``: the generator of the Gumbel noise (stream
+    :data:`SELECTION_STREAM`), saved with the run's other generators."""
 
     def __init__(self, config: dict[str, Any], device: torch.device, process: dgp.Process, encoder: nn.Module,
                  loss: nn.Module, optimizer: torch.optim.Optimizer, batches: torch.Generator):
         super().__init__(config, device, process, encoder, loss, optimizer, batches)
-        if not isinstance(loss, InfoNCE):
-            checks.fail("loss.name", config["loss"]["name"], "the objective over contrasted subsets of views "
-                        "(dgp.views.contrast) applies InfoNCE to each subset's selected coordinates: use infonce")
-        self.selection = Selection(process.views, encoder.output_dim)
+        self.selection = check_subsets(config, process, encoder, loss)
         self.selections = process.make_generator(stream_seed(config["seed"], SELECTION_STREAM))
 
     def objective(self, batch: dgp.Batch) -> tuple[Tensor, Tensor]:

@@ -19,7 +19,9 @@ Views that contrast subsets (``dgp.views.contrast``, Yao et al. 2024) are also s
 (:class:`identifiable_cl.solvers.subsets.Selection`, its noise-free mode), the R² of the block the views of s
 share (``shared_<s>``, s written as its view numbers joined by ``_``: ``shared_1_2_3``) and of the other latents
 view v sees (``unshared_<s>``), linear and nonlinear, held out, under view v's prefix. The theorem's prediction:
-the first near 1 from every view of s, the second low where the latents are independent. The code's evaluation
+the first near 1 from every view of s, the second low where the latents are independent; over every subset and
+view (:func:`shared_block_summary`), ``r2_<kind>_shared_min`` and ``_shared_mean``, ``r2_<kind>_unshared_max``
+and ``_unshared_mean``. The code's evaluation
 (``main_numerical.py``'s ``evaluate``) regresses each latent alone from those coordinates.
 """
 
@@ -99,7 +101,8 @@ def evaluate_views(
     :class:`ViewSample` s of ``process``: view 1's every metric under its plain key, view v's scalar
     metrics prefixed ``view<v>_``; with ``control`` (and a ``content`` block) the block R² of the
     permuted-content control prefixed ``permuted_`` (view 1) and ``view<v>_permuted_``; views that contrast subsets
-    add :func:`shared_block_metrics` (drawn after the others). ``options`` are :func:`evaluate`'s."""
+    add :func:`shared_block_metrics` (drawn after the others) and their :func:`shared_block_summary`. ``options``
+    are :func:`evaluate`'s."""
     out: Metrics = {}
     for v, encode in enumerate(encoders):
         prefix = "" if v == 0 else f"view{v + 1}_"
@@ -111,7 +114,29 @@ def evaluate_views(
             out.update({f"{prefix}permuted_{k}": value for k, value in scored.items() if _block_r2(k, value)})
     if getattr(process.views, "contrasted", None) is not None:
         names = ("n_fit", "n_test", "nonlinear", "in_sample", "n_centres", "batch_size")
-        out.update(shared_block_metrics(encoders, process, generator, **{k: options[k] for k in names if k in options}))
+        shared = shared_block_metrics(encoders, process, generator, **{k: options[k] for k in names if k in options})
+        out.update(shared)
+        out.update(shared_block_summary(shared))
+    return out
+
+
+def shared_block_summary(metrics: Metrics) -> Metrics:
+    """The theorem's two predictions over every subset and every view of it, from :func:`shared_block_metrics`'s
+    ``metrics``, per regression (``r2_linear``, ``r2_nonlinear``): the least and the mean R² of a shared block
+    (``<kind>_shared_min``, ``<kind>_shared_mean``: every shared block identified from every view that sees it
+    means the min near 1) and the largest and the mean R² of the unshared latents (``<kind>_unshared_max``,
+    ``<kind>_unshared_mean``: near 0 where the latents are independent). Empty for empty ``metrics``."""
+    values: dict[tuple[str, str], list[float]] = {}
+    for key, value in metrics.items():
+        kind = "r2_nonlinear" if "r2_nonlinear_" in key else "r2_linear"
+        values.setdefault((kind, "unshared" if "_unshared_" in key else "shared"), []).append(value)
+    out: Metrics = {}
+    for (kind, block), scores in values.items():
+        if block == "shared":
+            out[f"{kind}_shared_min"] = min(scores)
+        else:
+            out[f"{kind}_unshared_max"] = max(scores)
+        out[f"{kind}_{block}_mean"] = sum(scores) / len(scores)
     return out
 
 

@@ -73,3 +73,28 @@ def test_the_gumbel_mode_scores_views_of_different_widths():
                                nonlinear=False)
     assert set(out) == {"r2_linear_shared_1_2", "r2_linear_unshared_1_2", "view2_r2_linear_shared_1_2",
                         "view2_r2_linear_unshared_1_2"}
+
+
+def test_the_summary_over_subsets_is_the_least_shared_and_the_largest_unshared_score():
+    """Identity mixings: every shared block read exactly (least R² 1), the unshared latents not at all (largest R²
+    near 0); the summary keys are the min, max and means of the 56 scores, and evaluate_views adds them."""
+    from identifiable_cl.evaluation.views import shared_block_summary
+
+    process = paper()
+    out = shared_block_metrics([lambda x: x] * 4, process, process.make_generator(0), n_fit=2000, n_test=2000,
+                               nonlinear=False)
+    summary = shared_block_summary(out)
+    shared = [v for k, v in out.items() if "_unshared_" not in k]
+    unshared = [v for k, v in out.items() if "_unshared_" in k]
+    assert set(summary) == {"r2_linear_shared_min", "r2_linear_shared_mean", "r2_linear_unshared_max",
+                            "r2_linear_unshared_mean"}
+    assert summary["r2_linear_shared_min"] == min(shared) == pytest.approx(1.0, abs=1e-9)
+    assert summary["r2_linear_unshared_max"] == max(unshared) < 0.01
+    assert summary["r2_linear_unshared_mean"] == pytest.approx(sum(unshared) / 28)
+    assert shared_block_summary({"r2_linear_shared_1_2": 0.5, "view2_r2_nonlinear_unshared_1_2": 0.2}) == {
+        "r2_linear_shared_min": 0.5, "r2_linear_shared_mean": 0.5, "r2_nonlinear_unshared_max": 0.2,
+        "r2_nonlinear_unshared_mean": 0.2}
+    assert shared_block_summary({}) == {}
+    options = {"n_fit": 200, "n_test": 200, "nonlinear": False, "rotation_reference": False}
+    scored = evaluate_views([lambda x: x] * 4, process, process.make_generator(3), **options)
+    assert scored["r2_linear_shared_min"] == pytest.approx(1.0, abs=1e-9)

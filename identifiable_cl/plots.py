@@ -13,6 +13,8 @@
   "random rotation"), from ``summary.json`` or else the last evaluation.
 
 Every figure is titled with the run (:func:`run_title`: name, loss, process, seed).
+- ``views.png`` (a process with views): each block's R² from each view's encoding; ``subsets.png`` (views that
+  contrast subsets, ``dgp.views.contrast``): each subset's shared block and unshared latents from each view of it.
 - ``mi.png`` (when the run's loss bounds the mutual information, ``eval.mi``): the encoder's bound
   log K - L over training beside the true critic's bound, min(I, log K) and log K.
 - ``lambda.png`` (when the DGP has a true Λ, from ``summary.json`` or the last
@@ -95,15 +97,45 @@ def block_metrics(record: Mapping[str, Any]) -> list[str]:
 
 def view_blocks(record: Mapping[str, Any]) -> tuple[list[str], list[int]]:
     """The blocks and views of a record of a process with views (:mod:`identifiable_cl.evaluation.views`): the
-    block names of view 1's ``r2_linear_<block>`` keys and the views 1, 2 ... that have a ``view<v>_r2_linear``;
-    ``([], [])`` for a run of one view."""
+    block names of view 1's ``r2_linear_<block>`` keys (the scores of contrasted subsets excepted:
+    :func:`subset_blocks`) and the views 1, 2 ... that have a ``view<v>_r2_linear``; ``([], [])`` for a run of
+    one view."""
     views = [1] + sorted(int(k[4:-len("_r2_linear")]) for k in record
                          if k.startswith("view") and k.endswith("_r2_linear") and k[4:-len("_r2_linear")].isdigit())
     if len(views) == 1:
         return [], []
     prefix = "r2_linear_"
-    blocks = [k[len(prefix):] for k in record if k.startswith(prefix) and not k.endswith(("per_dim", IN_SAMPLE))]
+    blocks = [k[len(prefix):] for k in record if k.startswith(prefix) and not k.endswith(("per_dim", IN_SAMPLE))
+              and not SUBSET_KEY.match(k) and k not in SUBSET_SUMMARY_KEYS]
     return blocks, views
+
+
+SUBSET_KEY = re.compile(r"^(?:view(\d+)_)?(r2_linear|r2_nonlinear)_(un)?shared_(\d+(?:_\d+)*)$")
+"""A score of a contrasted subset of views (:func:`identifiable_cl.evaluation.views.shared_block_metrics`); its
+groups: the view's number (None for view 1), the regression, ``un`` (None for the shared block) and the subset,
+its view numbers joined by ``_``."""
+SUBSET_SUMMARY_KEYS = tuple(f"{kind}_{part}" for kind in ("r2_linear", "r2_nonlinear")
+                            for part in ("shared_min", "shared_mean", "unshared_max", "unshared_mean"))
+"""The scores of contrasted subsets over every subset and view
+(:func:`identifiable_cl.evaluation.views.shared_block_summary`), in the order tables list them."""
+
+
+def subset_blocks(record: Mapping[str, Any]) -> list[tuple[str, list[int]]]:
+    """The contrasted subsets a record scores (:data:`SUBSET_KEY`), each as its name (``1_2``) and the views
+    of it that have a score, in the order of the subsets' sizes, then of their views; ``[]`` for none."""
+    subsets: dict[str, set[int]] = {}
+    for key in record:
+        match = SUBSET_KEY.match(key)
+        if match is not None:
+            subsets.setdefault(match.group(4), set()).add(int(match.group(1) or 1))
+    order = sorted(subsets, key=lambda name: (name.count("_"), [int(v) for v in name.split("_")]))
+    return [(name, sorted(subsets[name])) for name in order]
+
+
+def subset_key(view: int, kind: str, block: str, subset: str) -> str:
+    """The key of the R² (``kind``: r2_linear, r2_nonlinear) of subset ``subset``'s ``block`` (shared, unshared)
+    from view ``view``'s selected coordinates: ``view3_r2_nonlinear_shared_1_3``."""
+    return view_key(view, f"{kind}_{block}_{subset}")
 
 
 def view_key(view: int, key: str) -> str:
@@ -113,11 +145,15 @@ def view_key(view: int, key: str) -> str:
 
 def view_metrics(record: Mapping[str, Any]) -> list[str]:
     """The block table of a run with views as metric keys: each block's nonlinear R² (linear without the
-    nonlinear regression) from each view, then the permuted-content control's R² of the content."""
+    nonlinear regression) from each view, then the permuted-content control's R² of the content; with contrasted
+    subsets the summary over every subset and view (:data:`SUBSET_SUMMARY_KEYS`: least and mean shared-block R²,
+    largest and mean unshared R²); ``icl results`` follows its md table with every subset's blocks from every view
+    of it (:func:`identifiable_cl.cli.tables.subset_group_tables`)."""
     blocks, views = view_blocks(record)
     kind = "r2_nonlinear" if any(k.startswith("r2_nonlinear_") for k in record) else "r2_linear"
     keys = [view_key(v, f"{kind}_{b}") for b in blocks for v in views]
     keys += [view_key(v, f"permuted_{kind}_content") for v in views]
+    keys += [k for k in SUBSET_SUMMARY_KEYS if k.startswith(kind + "_")]
     return [k for k in keys if k in record]
 
 
@@ -275,6 +311,50 @@ def views_figure(summary: Mapping[str, Any], title: str = ""):
     return fig
 
 
+def subsets_figure(summary: Mapping[str, Any], title: str = ""):
+    """Bars of each contrasted subset's R² (nonlinear where measured, else linear) from each view of it, on the
+    score axis (:data:`SCORE_LIMITS`): the shared block above (the theorem: near 1 from every view of the subset),
+    the other latents the view sees below (near 0 for independent latents); a bar per view of the subset, coloured
+    by view, with the identity baseline's R² as a black tick on it."""
+    from matplotlib.figure import Figure
+
+    subsets = subset_blocks(summary)
+    kind = "r2_nonlinear" if any(SUBSET_KEY.match(k) and "r2_nonlinear_" in k for k in summary) else "r2_linear"
+    views = sorted({v for _, present in subsets for v in present})
+    colours = {v: f"C{i}" for i, v in enumerate(views)}
+    fig = Figure(figsize=(0.55 * sum(len(p) for _, p in subsets) + 3, 6.5), layout="constrained")
+    most = max(len(present) for _, present in subsets)
+    width = 0.8 / most
+    for ax, block in zip(fig.subplots(2, 1, sharex=True), ("shared", "unshared")):
+        xs, values, ticks, labelled = [], [], [], set()
+        for i, (name, present) in enumerate(subsets):
+            for j, v in enumerate(present):
+                x = i + width * (j - (len(present) - 1) / 2)
+                value, base = (summary.get(prefix + subset_key(v, kind, block, name)) for prefix in ("", "identity_"))
+                if not _finite(value):
+                    continue
+                ax.bar(x, max(float(value), 0.0), width=width, color=colours[v],
+                       label=None if v in labelled else f"from view {v}'s selected coordinates")
+                labelled.add(v)
+                xs.append(x)
+                values.append(float(value))
+                if _finite(base):
+                    ticks.append((x, float(base)))
+        if ticks:
+            ax.hlines([b for _, b in ticks], [x - width / 2 for x, _ in ticks], [x + width / 2 for x, _ in ticks],
+                      colors="black", lw=1.2, label="identity g(z)")
+        score_axis(ax, xs, values)
+        what = "shared block" if block == "shared" else "other latents the view sees (unshared)"
+        ax.set(ylabel=metric_label(kind), title=f"{metric_label(kind)} of each subset's {what}, held out")
+        if ax.has_data():
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_xticks(range(len(subsets)), [f"views {n.replace('_', ',')}" for n, _ in subsets], rotation=30, ha="right",
+                  fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
 def _curves(ax, records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], keys: Sequence[str]) -> None:
     for key in keys:
         points = [(r["step"], r[key]) for r in records if _finite(r.get(key))]
@@ -408,6 +488,8 @@ def draw_figures(run_dir: str | Path) -> dict[str, Path]:
         figures["training"] = training_figure(records, summary, title)
     if view_blocks(summary)[1]:
         figures["views"] = views_figure(summary, title)
+    if subset_blocks(summary):
+        figures["subsets"] = subsets_figure(summary, title)
     bounded = [r for r in records if any(_finite(r.get(k)) for k in BOUND_KEYS)]
     if bounded:
         figures["mi"] = mi_figure(bounded, title)

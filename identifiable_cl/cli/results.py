@@ -27,8 +27,17 @@ def run(args: argparse.Namespace) -> int:
                              "without --consistency")
         print(consistency_table(find_runs(args.dirs)))
         return 0
-    print(results(args.dirs, group_by=_keys("--group-by", args.group_by), metrics=_keys("--metrics", args.metrics),
-                  fmt=args.format or "md"))
+    group_by = _keys("--group-by", args.group_by)
+    print(results(args.dirs, group_by=group_by, metrics=_keys("--metrics", args.metrics), fmt=args.format or "md"))
+    if (args.format or "md") == "md":
+        from identifiable_cl.aggregate import default_group_keys, find_runs, group_runs
+        from identifiable_cl.cli.tables import subset_group_tables
+
+        runs = find_runs(args.dirs)
+        keys = group_by if group_by is not None else default_group_keys(runs)
+        subsets = subset_group_tables(group_runs(runs, keys))
+        if subsets:
+            print(subsets)
     return 0
 
 
@@ -38,7 +47,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "results",
         help=VERBS["results"],
         description="Read sweep run folders and run directories under DIR..., group them by the swept "
-        "parameters except the seed, and print mean ± std, the number of seeds and failed runs per group.",
+        "parameters except the seed, and print mean ± std, the number of seeds and failed runs per group; runs "
+        "whose views contrast subsets (dgp.views.contrast) add, in md, a table per group of every subset's blocks "
+        "from every view of it.",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep output folders, run folders or run directories")
     p.add_argument("--group-by", metavar="KEYS", help="comma-separated config keys (default: the swept keys except seed)")

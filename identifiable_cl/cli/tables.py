@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from identifiable_cl.evaluation.information import BOUND_KEYS
-from identifiable_cl.plots import CURVES, IN_SAMPLE, REFERENCE_LABEL, metric_label, reference_key, view_blocks, view_key
+from identifiable_cl.plots import (
+    CURVES,
+    IN_SAMPLE,
+    REFERENCE_LABEL,
+    SUBSET_SUMMARY_KEYS,
+    metric_label,
+    reference_key,
+    subset_blocks,
+    subset_key,
+    view_blocks,
+    view_key,
+)
 
 
 def _number(value: Any) -> bool:
@@ -18,7 +29,10 @@ def results_table(summary: Mapping[str, Any]) -> str:
     A metric with a chance reference (block-aware MCC: the score of a random rotation of z on the
     encoder's own scoring latents) shows it in a "random rotation" column, which appears only then.
     """
-    keys = list(CURVES) + [k for k in summary if k.startswith("r2_linear_") and not k.endswith(("per_dim", IN_SAMPLE))]
+    subsets = {key for name, views in subset_blocks(summary) for v in views for kind in ("r2_linear", "r2_nonlinear")
+               for block in ("shared", "unshared") for key in [subset_key(v, kind, block, name)]}
+    keys = list(CURVES) + [k for k in summary if k.startswith("r2_linear_") and not k.endswith(("per_dim", IN_SAMPLE))
+                           and k not in subsets and k not in SUBSET_SUMMARY_KEYS]
     keys += [k + IN_SAMPLE for k in keys if k + IN_SAMPLE in summary]
     rows = [(metric_label(k), k) for k in keys]
     chance = {k: summary[ref] for k in keys if (ref := reference_key(k)) is not None and _number(summary.get(ref))}
@@ -29,6 +43,7 @@ def results_table(summary: Mapping[str, Any]) -> str:
             line = f"{label:<28}{summary[key]:>10.3f}" + (f"{base:>16.3f}" if _number(base) else f"{'':>16}")
             lines.append(line + (f"{chance[key]:>17.3f}" if key in chance else ""))
     lines += views_table(summary)
+    lines += subset_table(summary)
     if "lambda_learned" in summary:
         lines.append("learned Λ̂: " + ", ".join(f"{v:.2f}" for v in summary["lambda_learned"]))
     if "lambda_true" in summary:
@@ -61,3 +76,88 @@ def views_table(summary: Mapping[str, Any]) -> list[str]:
         if any(_number(c) for c in cells):
             lines.append(f"{label:<28}" + "".join(f"{c:>18.3f}" if _number(c) else f"{'':>18}" for c in cells))
     return lines
+
+
+SUBSET_KINDS = ("r2_nonlinear", "r2_linear")
+"""The regressions of the subset tables, in the order they are printed."""
+SUBSET_LABEL = 34
+"""Width of the row labels of the subset tables (``nonlinear R² [unshared_1_2_3_4]``)."""
+
+
+Row = tuple[str, list[str | None], list[int]]
+"""A row of a subset table: its label, its cells (None: empty) and the views its columns stand for."""
+
+
+def _subset_rows(keys: Sequence[str], kind: str, cell: Callable[[str], str | None]) -> list[Row]:
+    """Per contrasted subset among ``keys`` (:func:`identifiable_cl.plots.subset_blocks`) and block (shared, then
+    unshared): the row's label (``nonlinear R² [shared_1_2]``) and ``cell(key)`` for every view 1..V of the
+    record, None where the view is not in the subset or ``cell`` has no value; with the views of the record."""
+    blocks = subset_blocks(dict.fromkeys(keys))
+    views = sorted({v for _, present in blocks for v in present})
+    rows = []
+    for name, present in blocks:
+        for block in ("shared", "unshared"):
+            cells = [cell(subset_key(v, kind, block, name)) if v in present else None for v in views]
+            if any(c is not None for c in cells):
+                rows.append((metric_label(f"{kind}_{block}_{name}"), cells, views))
+    return rows
+
+
+def subset_table(summary: Mapping[str, Any]) -> list[str]:
+    """With contrasted subsets of views (Yao et al. 2024): per regression (nonlinear, then linear), a row per subset
+    for its shared block and one for the other latents its views see, a column per view, each cell the encoder's
+    held-out R² from that view's selected coordinates with the identity baseline's in brackets (empty where the view
+    is not in the subset); then the least shared-block and the largest unshared R² over every subset and view. No
+    lines without such scores."""
+
+    def cell(key: str) -> str | None:
+        if not _number(summary.get(key)):
+            return None
+        base = summary.get(f"identity_{key}")
+        return f"{summary[key]:.3f}" + (f" [{base:.3f}]" if _number(base) else "")
+
+    lines = []
+    for kind in SUBSET_KINDS:
+        rows = _subset_rows(list(summary), kind, cell)
+        if not rows:
+            continue
+        header = "".join(f"{f'view {v}':>16}" for v in rows[0][2])
+        lines += ["", f"{'each subset, from each view of it':<{SUBSET_LABEL}}{header}",
+                  "(encoder [identity g(z)], held out)"]
+        lines += [f"{label:<{SUBSET_LABEL}}" + "".join(f"{c or '':>16}" for c in cells) for label, cells, _ in rows]
+        worst, leak = summary.get(f"{kind}_shared_min"), summary.get(f"{kind}_unshared_max")
+        if _number(worst) and _number(leak):
+            lines.append(f"{metric_label(kind)} over every subset and view: least shared {worst:.3f}, largest "
+                         f"unshared {leak:.3f}")
+    return lines
+
+
+def subset_group_tables(groups: Sequence[Any]) -> str:
+    """``icl results``' tables of contrasted subsets of views, one per group of runs (``groups``:
+    :class:`identifiable_cl.aggregate.Group`) that scores them, laid out as :func:`subset_table` (markdown): per
+    regression a row per subset and block, a column per view, each cell the mean ± std over the group's seeds with
+    the identity baseline's mean in brackets (empty where the view is not in the subset). Empty without such
+    scores."""
+    from identifiable_cl.aggregate import mean_std
+
+    out = []
+    for group in groups:
+        keys = list(dict.fromkeys(k for run in group.succeeded for k in (run.summary or {})))
+
+        def cell(key: str, group: Any = group) -> str | None:
+            mean, std, _ = group.stats(key)
+            if mean is None:
+                return None
+            base = group.stats(f"identity_{key}")[0]
+            return mean_std(mean, std) + ("" if base is None else f" [{base:.3f}]")
+
+        title = ", ".join(f"{k}={v}" for k, v in zip(group.values, group.key)) or "all runs"
+        for kind in SUBSET_KINDS:
+            rows = _subset_rows(keys, kind, cell)
+            if rows:
+                out += ["", f"{title}: each subset, from each view of it ({len(group.succeeded)} seeds; mean ± std, "
+                        "identity g(z) in brackets)", "",
+                        "| block | " + " | ".join(f"view {v}" for v in rows[0][2]) + " |",
+                        "|---|" + "---|" * len(rows[0][2])]
+                out += ["| " + label + " | " + " | ".join(c or "" for c in cells) + " |" for label, cells, _ in rows]
+    return "\n".join(out)

@@ -1,5 +1,6 @@
-"""Latents for partial observability (Yao, Müller & Locatello, ICLR 2024, "Multi-View Causal Representation
-Learning with Partial Observability", Sec. 5.1; code CausalLearningAI/multiview-crl, ``main_numerical.py``).
+"""Latents for partial observability (Yao, Xu, Lachapelle, Magliacane, Taslakian, Martius, von Kügelgen &
+Locatello, ICLR 2024, "Multi-View Causal Representation Learning with Partial Observability", Sec. 5.1; code
+CausalLearningAI/multiview-crl, ``main_numerical.py``).
 
 The marginal ``gaussian_blocks`` names a block per latent coordinate (``z0``, ``z1`` ...), or blocks of chosen
 sizes, so that views (:mod:`dgp.views`) can see any subsets of them: z ~ N(0, Σ) on R^n with Σ = I, or, with

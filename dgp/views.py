@@ -14,11 +14,12 @@ view, the latent dimensions it sees, in order), ``shared_mixing`` (one mixing fo
 ``describe()``, and may expose ``contrasted`` and ``selection`` (below). The process draws the mixings: view
 1's from the stream ``dgp.mixing`` (the one a single-view process uses), view v's from ``dgp.mixing.view<v>``.
 
-Yao, Müller & Locatello (ICLR 2024, "Multi-View Causal Representation Learning with Partial Observability")
-contrast subsets of views, each on the block its views share: ``contrast`` lists the subsets (``contrasted``:
-each with its shared latent dimensions I_s = ∩_{v∈s} S_v) and ``selection`` how the learner finds the encoding
-coordinates that carry I_s (:mod:`identifiable_cl.solvers.subsets`). The process draws nothing for them: they
-describe what the views share, and the learner reads them.
+Yao, Xu, Lachapelle, Magliacane, Taslakian, Martius, von Kügelgen & Locatello (ICLR 2024, "Multi-View Causal
+Representation Learning with Partial Observability") contrast subsets of views, each on the block its views share:
+``contrast`` lists the subsets (``contrasted``: each with its shared latent dimensions I_s = ∩_{v∈s} S_v) and
+``selection`` how the learner finds the encoding coordinates that carry I_s
+(:mod:`identifiable_cl.solvers.subsets`). The process draws nothing for them: they describe what the views share,
+and the learner reads them.
 """
 
 from __future__ import annotations

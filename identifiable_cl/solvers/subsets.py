@@ -1,10 +1,11 @@
 """The step of Yao et al. 2024's multi-view objective: each contrasted subset of views on the coordinates that
 carry the block its views share.
 
-Yao, Müller & Locatello (ICLR 2024, "Multi-View Causal Representation Learning with Partial Observability";
-code CausalLearningAI/multiview-crl, ``main_numerical.py``). A process's views (``dgp.views.contrast``) name the
-contrasted subsets C; subset s shares the latents I_s = ∩_{v∈s} S_v (k_s of them). Each view v ∈ s selects k_s
-coordinates c_{s,v} of its encoding h_v (B, d) (:class:`Selection`), and the objective is
+Yao, Xu, Lachapelle, Magliacane, Taslakian, Martius, von Kügelgen & Locatello (ICLR 2024, "Multi-View Causal
+Representation Learning with Partial Observability"; code CausalLearningAI/multiview-crl, ``main_numerical.py``). A
+process's views (``dgp.views.contrast``) name the contrasted subsets C; subset s shares the latents I_s = ∩_{v∈s}
+S_v (k_s of them). Each view v ∈ s selects k_s coordinates c_{s,v} of its encoding h_v (B, d) (:class:`Selection`),
+and the objective is
 
     L = (1/|C|) Σ_{s∈C} pair_loss(loss, [h_v[:, c_{s,v}] : v ∈ s], [h⁻_v[..., c_{s,v}] : v ∈ s]),
 

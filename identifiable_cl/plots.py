@@ -147,8 +147,8 @@ def view_metrics(record: Mapping[str, Any]) -> list[str]:
     """The block table of a run with views as metric keys: each block's nonlinear R² (linear without the
     nonlinear regression) from each view, then the permuted-content control's R² of the content; with contrasted
     subsets the summary over every subset and view (:data:`SUBSET_SUMMARY_KEYS`: least and mean shared-block R²,
-    largest and mean unshared R²); ``icl results`` follows its md table with every subset's blocks from every view
-    of it (:func:`identifiable_cl.cli.tables.subset_group_tables`)."""
+    largest and mean unshared R²); ``icl results`` (md, no ``--metrics``) follows its table with every subset's
+    blocks from every view of it (:func:`identifiable_cl.cli.tables.subset_group_tables`)."""
     blocks, views = view_blocks(record)
     kind = "r2_nonlinear" if any(k.startswith("r2_nonlinear_") for k in record) else "r2_linear"
     keys = [view_key(v, f"{kind}_{b}") for b in blocks for v in views]

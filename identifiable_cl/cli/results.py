@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     group_by = _keys("--group-by", args.group_by)
     print(results(args.dirs, group_by=group_by, metrics=_keys("--metrics", args.metrics), fmt=args.format or "md"))
-    if (args.format or "md") == "md":
+    if (args.format or "md") == "md" and args.metrics is None:
         from identifiable_cl.aggregate import default_group_keys, find_runs, group_runs
         from identifiable_cl.cli.tables import subset_group_tables
 
@@ -48,8 +48,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help=VERBS["results"],
         description="Read sweep run folders and run directories under DIR..., group them by the swept "
         "parameters except the seed, and print mean ± std, the number of seeds and failed runs per group; runs "
-        "whose views contrast subsets (dgp.views.contrast) add, in md, a table per group of every subset's blocks "
-        "from every view of it.",
+        "whose views contrast subsets (dgp.views.contrast) add, in md without --metrics, a table per group of every "
+        "subset's blocks from every view of it.",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep output folders, run folders or run directories")
     p.add_argument("--group-by", metavar="KEYS", help="comma-separated config keys (default: the swept keys except seed)")

@@ -154,9 +154,10 @@ def subset_group_tables(groups: Sequence[Any]) -> str:
         title = ", ".join(f"{k}={v}" for k, v in zip(group.values, group.key)) or "all runs"
         for kind in SUBSET_KINDS:
             rows = _subset_rows(keys, kind, cell)
+            seeds = f"{len(group.succeeded)} seed{'s' if len(group.succeeded) != 1 else ''}"
             if rows:
-                out += ["", f"{title}: each subset, from each view of it ({len(group.succeeded)} seeds; mean ± std, "
-                        "identity g(z) in brackets)", "",
+                out += ["", f"{title}: each subset, from each view of it ({seeds}; mean ± std, identity g(z) in "
+                        "brackets)", "",
                         "| block | " + " | ".join(f"view {v}" for v in rows[0][2]) + " |",
                         "|---|" + "---|" * len(rows[0][2])]
                 out += ["| " + label + " | " + " | ".join(c or "" for c in cells) + " |" for label, cells, _ in rows]

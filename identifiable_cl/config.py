@@ -409,7 +409,7 @@ def metric_switches(key: str) -> dict[str, tuple[bool, str]]:
 def suggest(key: str) -> str:
     import difflib
 
-    known = list(LEAVES) + [f"{s}.name" for s in COMPONENT_SECTIONS]
+    known = list(LEAVES) + [f"{s}.name" for s in COMPONENT_SECTIONS] + list(metric_switches(key))
     if key.strip() != key and key.strip() in known:
         return f"; {key!r} has spaces around it: did you mean {key.strip()!r}?"
     close = difflib.get_close_matches(key, known, n=3)

@@ -167,13 +167,14 @@ def load_sweep(path: str | Path, *, local: bool = True) -> SweepSpec:
 
 
 def is_config_key(name: str) -> bool:
-    """Whether ``name`` can be set by ``icl train --name=...``: a typed leaf or an option of a component section.
+    """Whether ``name`` can be set by ``icl train --name=...``: a typed leaf, the ``eval.*`` switch a metric declares
+    itself, or an option of a component section.
 
     Whether a component accepts a given option depends on the component chosen in
     the same run, so that is checked later on each planned run's full config.
     """
-    from identifiable_cl.config import COMPONENT_SECTIONS, DEFAULTS, flat_keys
+    from identifiable_cl.config import COMPONENT_SECTIONS, DEFAULTS, flat_keys, metric_switches
 
-    if name in flat_keys(DEFAULTS) or name in COMPONENT_SECTIONS:
+    if name in flat_keys(DEFAULTS) or name in COMPONENT_SECTIONS or name in metric_switches(name):
         return True
     return any(name.startswith(section + ".") for section in COMPONENT_SECTIONS)

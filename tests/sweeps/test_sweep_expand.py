@@ -115,3 +115,10 @@ def test_random_sweep_needs_a_limit():
     with pytest.raises(ValueError, match="--count"):
         expand(spec)
     assert len(expand(spec, count=3)) == 3
+
+
+def test_a_metric_switch_is_a_sweep_parameter_and_a_misspelt_one_is_named():
+    spec = sweep("grid", {"eval.mcc_ica_pearson": {"values": [False, True]}, "seed": {"value": 0}})
+    assert [p.name for p in spec.parameters] == ["eval.mcc_ica_pearson", "seed"]
+    with pytest.raises(ValueError, match=r"parameters.eval.mcc_ica_pearsn: not an `icl train` config key; did you mean"):
+        sweep("grid", {"eval.mcc_ica_pearsn": {"value": True}})

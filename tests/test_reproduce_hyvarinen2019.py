@@ -52,3 +52,5 @@ def test_the_failure_run_draws_stationary_sources_and_only_gcl_runs_are_claimed(
     claimed = {c.left.run for c in experiment.claims}
     assert "gcl_stationary_L3" in claimed and not any(label.startswith("infonce") for label in claimed)
     assert {c.left.metric for c in experiment.claims} == {"mcc_ica_abs_pearson"}
+    assert all(experiment.config(run.label, "smoke")["eval"]["mcc_ica_abs_pearson"] is True  # the claims' metric is on
+               for run in experiment.runs)

@@ -338,6 +338,10 @@ KNOWN_SMOKE_FAILURES = {
         "multimodal: the content is block-identified from view 2's encoding",
         "dependent latents: the permuted-content control still reads no content",
     },
+    "yao2024": {
+        "Gumbel selection, dependent latents: the block all four views share is identified from view 1's selected "
+        "coordinates",
+    },
 }
 """Claims measured not to hold at smoke scale (on the mean over seeds 0–2), each explained in that
 experiment's RESULTS.md."""

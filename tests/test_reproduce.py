@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from identifiable_cl import check as check_config
 from identifiable_cl.cli import main
 from identifiable_cl.reproduce import reproduce
 from identifiable_cl.reproduce.claims import FAILS, HOLDS, NO_DATA, Claim, check
@@ -48,6 +49,18 @@ def test_every_run_of_every_experiment_validates_at_every_scale(name):
             assert medium["train"]["batch_size"] <= paper["train"]["batch_size"]
     assert (EXPERIMENTS_DIR / name / "RESULTS.md").is_file()
     assert KNOWN_SMOKE_FAILURES.get(name, set()) <= {c.text for c in experiment.claims}
+
+
+@pytest.mark.parametrize("name", experiment_names())
+def test_every_run_of_every_experiment_plans_at_tiny_scale_over_seeds(name):
+    experiment = load_experiment(name)
+    check_experiment(experiment, ("tiny",))
+    for run in experiment.runs:
+        config = experiment.config(run.label, "tiny", seed=2)
+        check_config(config)
+        assert config["train"]["steps"] == 4 and config["seed"] == 2
+        sweep = experiment.sweep(run.label, "tiny", seeds=3)
+        assert sweep["method"] == "grid" and sweep["parameters"]["seed"] == {"values": [0, 1, 2]}
 
 
 def test_paper_scale_uses_the_published_reference_settings():

@@ -1,4 +1,5 @@
-"""The hyvarinen2019 experiment (GCL beside InfoNCE on segment-modulated sources): both losses see one process with one budget, and the failure run's sources do not depend on the segment."""
+"""The hyvarinen2019 experiment (GCL beside InfoNCE on segment-modulated sources): both losses see one process with
+one budget, and the failure run's sources do not depend on the segment."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The yao2024 experiment (Yao et al. 2024, partial observability): the paper scale is the official numerical experiment and the claims read keys the runs write."""
+"""The yao2024 experiment (Yao et al. 2024, partial observability): the paper scale is the official numerical
+experiment and the claims read keys the runs write."""
 
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ def test_the_paper_scale_is_the_official_numerical_experiment():
         assert config["dgp"]["views"]["contrast"] == "all" and config["dgp"]["conditional"]["name"] == "keep"
         assert config["dgp"]["mixing"]["layers"] == 3 and config["dgp"]["mixing"]["cond_ratio"] == 0.001
         assert config["encoder"]["widths"] == [5 * w for w in (10, 50, 50, 50, 50, 10)]
-        assert config["encoder"]["shared"] is False and config["encoder"]["output_dim"] == 5
+        assert config["encoder"]["shared"] is False
+        assert config["encoder"]["output_dim"] == (44 if run.label == "concat" else 5)  # concat: 4 per subset
         assert config["train"]["batch_size"] == 4096 and config["optim"]["lr"] == 1e-4
         assert config["train"]["steps"] == 100001
         assert config["loss"]["similarity"] == "l2" and config["loss"]["tau"] == 1.0
@@ -31,7 +32,7 @@ def test_the_paper_scale_is_the_official_numerical_experiment():
         assert dependent == (6 if run.label.endswith("_dependent") else 0)
         selections[run.label] = config["dgp"]["views"]["selection"]
     assert selections == {"ground_truth": "ground_truth", "ground_truth_dependent": "ground_truth",
-                          "gumbel": "gumbel", "gumbel_dependent": "gumbel"}
+                          "gumbel": "gumbel", "gumbel_dependent": "gumbel", "concat": "concat"}
     smoke = {run.label: experiment.config(run.label, "smoke")["train"] for run in experiment.runs}
     assert smoke["ground_truth"]["steps"] == 1000 and smoke["gumbel"]["steps"] == 1500
     assert all(train["threads"] == 1 for train in smoke.values())

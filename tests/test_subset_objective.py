@@ -155,6 +155,7 @@ def test_gumbel_draws_come_from_the_seed():
     assert not torch.equal(a[1], other[1])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("selection, width", [("gumbel", 5), ("concat", 12)])
 def test_runs_resume_exactly(tmp_path, selection, width):
     extra = {"dgp.views.selection": selection, "encoder.output_dim": width}
@@ -212,6 +213,7 @@ def test_icl_config_refuses_what_the_objective_over_subsets_cannot_run(extra, li
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_icl_train_records_and_prints_every_shared_block_beside_the_identity_baseline(tmp_path, capsys):
     args = [f"--{k}={v}".replace(" ", "") for k, v in {**TINY, **YAO, "train.steps": 10}.items()]
     assert main(["train", "--out", str(tmp_path / "run"), *args]) == 0

@@ -109,6 +109,7 @@ def test_the_figure_has_a_bar_per_subset_and_view_on_the_score_axis():
     assert [t.get_text() for t in unshared.get_xticklabels()][9] == "views 2,3,4"
 
 
+@pytest.mark.integration
 def test_icl_train_and_icl_results_print_the_subsets_without_view_1(tmp_path, capsys):
     args = [f"--{k}={v}".replace(" ", "") for k, v in {**TINY, **YAO, "train.steps": 10}.items()]
     assert main(["train", "--out", str(tmp_path / "run"), *args]) == 0

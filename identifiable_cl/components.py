@@ -44,7 +44,7 @@ from identifiable_cl.encoders import ENCODERS, ViewEncoders
 from identifiable_cl.losses import LOSSES
 from identifiable_cl.solvers import Solver, solver_class
 from identifiable_cl.solvers.base import loss_arguments, observations, split_encodings
-from identifiable_cl.solvers.subsets import check_subsets, subset_loss
+from identifiable_cl.solvers.subsets import check_subsets
 from identifiable_cl.solvers.views import pair_loss, view_encodings
 from identifiable_cl.spec import CHANGEABLE, REFUSED, RunSpec
 from identifiable_cl.migration import migrate, schema_version
@@ -280,8 +280,7 @@ def check(config: Mapping[str, Any]) -> RunSpec:
         with torch.no_grad():
             if subsets is not None:
                 hs, negs = view_encodings(encoder, batch)
-                chosen = subsets.coordinates(hs, subsets.noise(process.make_generator(0), hs[0]))
-                subset_loss(loss, subsets.subsets, chosen, hs, negs)
+                subsets.objective(loss, hs, negs, process.make_generator(0))
             elif batch.views is not None:
                 pair_loss(loss, *view_encodings(encoder, batch))
             else:

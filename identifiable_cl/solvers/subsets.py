@@ -111,6 +111,13 @@ class Selection:
         return out
 
 
+    def objective(self, loss: nn.Module, hs: Sequence[Tensor], negs: Sequence[Tensor | None],
+                  generator: torch.Generator) -> Tensor:
+        """:func:`subset_loss` of ``loss`` on the coordinates this selection picks in ``hs`` (with Gumbel noise from
+        ``generator`` for ``gumbel``): the step's objective."""
+        return subset_loss(loss, self.subsets, self.coordinates(hs, self.noise(generator, hs[0])), hs, negs)
+
+
 def selected(h: Tensor, coordinates: Tensor) -> Tensor:
     """The columns ``coordinates`` (k,) of ``h`` (..., d), then d - k zero columns: shape (..., d)."""
     picked = h.index_select(-1, coordinates)
@@ -155,8 +162,7 @@ class SubsetSolver(ViewSolver):
 
     def objective(self, batch: dgp.Batch) -> tuple[Tensor, Tensor]:
         hs, negs = self.views_encoded(batch)
-        chosen = self.selection.coordinates(hs, self.selection.noise(self.selections, hs[0]))
-        return subset_loss(self.loss, self.selection.subsets, chosen, hs, negs), hs[1]
+        return self.selection.objective(self.loss, hs, negs, self.selections), hs[1]
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

@@ -64,18 +64,16 @@ def evaluation(c: Solver, final: bool, measured: Measured | None = None) -> dict
     """Held-out metrics at the current step (the final evaluation uses the larger sample sizes); ``measured``: the
     measurements shared within a pack (None: a fresh one)."""
     generator = c.process.make_generator(stream_seed(c.config["seed"], f"eval.{c.steps_done}"))
+    arguments = eval_arguments(c.config["eval"], final)
     if c.process.view_count > 1:
         encoders = [lambda x, v=v: c.encode(x, v) for v in range(c.process.view_count)]
-        metrics = evaluate_views(encoders, c.process, generator, control=final,
-                                 **eval_arguments(c.config["eval"], final), rotation_reference=final)
+        metrics = evaluate_views(encoders, c.process, generator, control=final, **arguments, rotation_reference=final)
     else:
-        metrics = evaluate(c.encode, c.process, generator, **eval_arguments(c.config["eval"], final),
-                           rotation_reference=final)
+        metrics = evaluate(c.encode, c.process, generator, **arguments, rotation_reference=final)
     if final:
         metrics.update(in_sample_metrics(c.encode, c, f"eval.{c.steps_done}.in_sample"))
     metrics.update(loss_logs(c))
-    enabled = eval_arguments(c.config["eval"], final)["enabled"]
-    metrics.update(compute(RunScoring(c, metrics, (measured or Measured()).truths), enabled))
+    metrics.update(compute(RunScoring(c, metrics, (measured or Measured()).truths), arguments["enabled"]))
     return metrics
 
 

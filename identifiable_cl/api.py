@@ -8,6 +8,7 @@
     result = icl.train(config)                              # a run directory of its own
     result.summary["mcc_pearson"], result.run_dir
     run = icl.load_run(result.run_dir)                      # its solver at the last checkpoint
+    spec = icl.resolve(result.run_dir, {"train.steps": 400}, "resume")  # every spec's one maker
     icl.evaluate_run(result.run_dir, {"eval.final_n_fit": 4096})
 
     process = icl.build_process({"space": "sphere", "conditional": {"name": "vmf", "kappa": 5.0}})
@@ -26,8 +27,8 @@ from typing import Any, Mapping, Sequence
 
 from dgp import Batch, Process, build_process, check_process, load_process  # noqa: F401  (the API)
 from identifiable_cl import API
-from identifiable_cl.components import build, check, load_config, load_run  # noqa: F401
-from identifiable_cl.config import SCHEMA, flat_keys, parse_overrides  # noqa: F401
+from identifiable_cl.components import build, check, load_config, load_run, resolve  # noqa: F401
+from identifiable_cl.config import SCHEMA  # noqa: F401
 from identifiable_cl.solvers import Solver  # noqa: F401
 from identifiable_cl.training import Trainer, evaluate_run  # noqa: F401
 
@@ -55,16 +56,9 @@ def train(
     ``overrides`` (``{"loss.tau": 0.1}`` or ``["--loss.tau=0.1"]``) come last. Every run writes its
     run directory: ``run_dir``, or a new temporary folder (kept; its path is ``result.run_dir``).
     """
-    if config is not None and not isinstance(config, (Mapping, str, Path)):
-        raise ValueError(f"config of type {type(config).__name__} is invalid: give None, a YAML file or preset name, "
-                         "or a mapping of config keys")
-    if not isinstance(overrides, Mapping):
-        overrides = parse_overrides(overrides)
-    if isinstance(config, Mapping):
-        config, overrides = None, {**flat_keys(config), **overrides}
-    resolved = load_config(config, overrides)
+    spec = resolve(config, overrides)
     folder = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="icl-run-"))
-    trainer = Trainer.create(resolved, folder, progress=progress)
+    trainer = Trainer.from_spec(spec, folder, progress=progress)
     return TrainedRun(folder, trainer.run(), trainer.c)
 
 

@@ -1,18 +1,17 @@
-"""A run's components: checked and built from a config, saved in a checkpoint, loaded back from a run directory.
+"""A run's components: resolved and checked from a config or a run directory, built, loaded back.
 
-:func:`load_config` resolves a config (defaults, a YAML file or preset, overrides) and checks it.
-:func:`check` is the one full check of a config: every key's type and range,
-then every component built cheaply (the process without its expensive draws,
-see :func:`dgp.check_process`; the encoder; the loss), the rules between them
-(:func:`check_fit`), and one loss evaluation on a three-row batch so that shape
-and batch-size problems surface here rather than at the first step. It runs in
-well under a second and writes nothing; ``icl train``, ``icl sweep
-check/run/submit`` and ``icl reproduce`` run it on every planned run first.
+:func:`resolve` makes every run's spec: a new run's config (defaults, a YAML file, preset or mapping, overrides),
+or a saved run's (its own files, with what resuming or evaluating may change), checked once by :func:`check`: every
+key's type and range, then every component built cheaply (the process without its expensive draws, see
+:func:`dgp.check_process`; the encoder; the loss), the rules between them (:func:`check_fit`), and one loss
+evaluation on a three-row batch so that shape and batch-size problems surface here rather than at the first step.
+It runs in well under a second and writes nothing; ``icl train``, ``icl sweep check/run/submit`` and ``icl
+reproduce`` run it on every planned run first.
 
-:func:`build` makes the real components (the process's parameters drawn from
-the run's seed) and the run's :class:`~identifiable_cl.solvers.Solver` over them;
-:func:`load_run` makes them from a run directory's own files (``config.yaml``,
-``dgp.pt``, ``checkpoint.pt``), reading only.
+:func:`assemble` makes the run's :class:`~identifiable_cl.solvers.Solver` from its spec (:func:`build`: the
+process's parameters drawn from the run's seed, or the saved process; the encoder, loss and optimizer; a saved
+run's checkpoint loaded). :func:`load_config` (a new run's spec) and :func:`load_run` (a saved run's solver) are the API's
+shorthands.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ from identifiable_cl.solvers import Solver, solver_class
 from identifiable_cl.solvers.base import loss_arguments, observations, split_encodings
 from identifiable_cl.solvers.subsets import check_subsets
 from identifiable_cl.solvers.views import pair_loss, view_encodings
-from identifiable_cl.spec import CHANGEABLE, REFUSED, RunSpec
+from identifiable_cl.spec import CHANGEABLE, MODES, RunSpec, refuse_going_back, refuse_overrides
 from identifiable_cl.migration import migrate, schema_version
 from identifiable_cl.yamlfiles import read_yaml_mapping
 
@@ -292,22 +291,100 @@ def check(config: Mapping[str, Any]) -> RunSpec:
     return RunSpec(config)
 
 
-def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> RunSpec:
-    """The spec of a new run: defaults ← YAML file (or preset) ← overrides, fully checked once.
+def resolve(source: Any = None, overrides: Sequence[str] | Mapping[str, Any] = (), mode: str = "new") -> RunSpec:
+    """The spec of a run (:class:`~identifiable_cl.spec.RunSpec`), the one place where a config is resolved, its mode's
+    policy applied (:mod:`identifiable_cl.spec`), and it is validated and fully checked (:func:`check`), once.
 
-    Checked by :func:`identifiable_cl.config.validate` and :func:`check`, so a config this
-    returns builds and trains.
+    ``new``: ``source`` None (the defaults), a YAML file or preset name, or a mapping (a config, or any part of one,
+    nested or as dotted keys) read over the defaults; ``overrides`` (``{"loss.tau": 0.1}`` or ``["--loss.tau=0.1"]``)
+    last. ``resume`` / ``evaluate``: ``source`` a run directory, read only: its config brought up to this code's
+    files (:func:`identifiable_cl.migration.migrate`) over the defaults, the overrides the mode allows, its process
+    (``dgp.pt``, which must describe the config's) and last checkpoint, which evaluating needs. Every problem is a
+    ValueError naming the key, or the file.
     """
-    if path is not None and not isinstance(path, (str, Path)):
-        raise ValueError(f"config of type {type(path).__name__} is invalid: give None, a YAML file or a preset name")
-    config = copy.deepcopy(DEFAULTS)
-    if path is not None:
-        path = resolve_config_path(path)
-        config = merge_layer(config, read_yaml_mapping(path), str(path))
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is invalid: allowed: {', '.join(MODES)}")
     if not isinstance(overrides, Mapping):
         overrides = parse_overrides(overrides)
-    config = merge_layer(config, overrides, "the command line")
-    return check(config)
+    if mode != "new":
+        return _saved(source, overrides, mode)
+    if isinstance(source, RunSpec) and source.unchanged() and source.mode == "new" and not overrides:
+        return source  # resolved and checked already
+    if source is not None and not isinstance(source, (Mapping, str, Path)):
+        raise ValueError(f"config of type {type(source).__name__} is invalid: give None, a YAML file or preset name, "
+                         "or a mapping of config keys")
+    config = copy.deepcopy(DEFAULTS)
+    if isinstance(source, Mapping):
+        overrides = {**flat_keys(source), **overrides}
+    elif source is not None:
+        path = resolve_config_path(source)
+        config = merge_layer(config, read_yaml_mapping(path), str(path))
+    return check(merge_layer(config, overrides, "the command line"))
+
+
+def _saved(run_dir: Any, overrides: Mapping[str, Any], mode: str) -> RunSpec:
+    """:func:`resolve` of a saved run."""
+    if not isinstance(run_dir, (str, Path)):
+        raise ValueError(f"run_dir of type {type(run_dir).__name__} is invalid: give a run directory's path")
+    run_dir = Path(run_dir)
+    if not rundir.is_run_dir(run_dir):
+        raise ValueError(f"{str(run_dir)!r} is not a run directory (no {rundir.CONFIG} and {rundir.DGP})")
+    checkpoint = run_dir / rundir.CHECKPOINT
+    if mode == "evaluate" and not checkpoint.is_file():
+        raise _untrained(run_dir)
+    config, saved = rundir.read_config(run_dir), rundir.load_torch(run_dir / rundir.DGP)
+    meta = rundir.read_meta(run_dir)
+    try:
+        config, saved = migrate(config, saved, schema_version(meta))
+    except ValueError as exc:
+        raise ValueError(f"{run_dir / rundir.META}: {exc}") from exc
+    config = merge_layer(DEFAULTS, config, str(run_dir / rundir.CONFIG))
+    refuse_overrides(mode, overrides, config)
+    try:
+        checked = check(merge_layer(config, overrides, "the command line") if overrides else config)
+    except ValueError:
+        try:
+            check(config)  # on the error path only: is it the saved file's?
+        except ValueError as exc:
+            raise ValueError(f"{run_dir / rundir.CONFIG}: {exc}") from exc
+        raise
+    try:
+        process = dgp.load_process(saved)
+    except ValueError as exc:
+        raise ValueError(f"{run_dir / rundir.DGP}: {exc}") from exc
+    section, seed = dgp.process.own_seed(checked["dgp"], checked["seed"])
+    ours = canonical({"dgp": dgp.process.resolve_config(section), "seed": seed})
+    theirs = canonical({"dgp": process.config, "seed": process.seed})
+    if ours != theirs:
+        differing = sorted(k for k in set(ours["dgp"]) | {"seed"} if (ours["dgp"].get(k), ours.get(k)) != (theirs["dgp"].get(k), theirs.get(k)))
+        raise ValueError(
+            f"{run_dir / rundir.CONFIG} and {run_dir / rundir.DGP} describe different processes "
+            f"(dgp keys {', '.join(differing)} differ); restore the run's own config.yaml"
+        )
+    state = rundir.load_torch(checkpoint) if checkpoint.is_file() else None
+    if mode == "resume" and state is not None:
+        try:
+            reached = int(state["step"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _damaged(checkpoint, exc) from exc
+        refuse_going_back(checked["train"]["steps"], reached)
+    return RunSpec(checked, mode, run_dir, process, state)
+
+
+def _untrained(run_dir: Path) -> ValueError:
+    return ValueError(f"{str(run_dir)!r} has no {rundir.CHECKPOINT}: the run never reached its first step")
+
+
+def _damaged(checkpoint: Path, exc: BaseException) -> ValueError:
+    return ValueError(f"{checkpoint}: does not fit the run's config or is damaged ({exc})")
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> RunSpec:
+    """The spec of a new run: defaults ← YAML file (or preset) ← overrides, fully checked once (:func:`resolve`),
+    so a config this returns builds and trains."""
+    if path is not None and not isinstance(path, (str, Path)):
+        raise ValueError(f"config of type {type(path).__name__} is invalid: give None, a YAML file or a preset name")
+    return resolve(path, overrides)
 
 
 def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Solver:
@@ -363,90 +440,26 @@ def _assemble(config: RunSpec, process: dgp.Process | None) -> Solver:
     return solver_class(config, process, loss)(config, device, process, encoder, loss, optimizer, batches)
 
 
-def _saved_as(config: Mapping[str, Any], key: str, value: Any) -> bool:
-    """Whether the saved ``config`` already holds ``value`` at the dotted ``key`` (an override that
-    changes nothing, as a sweep repeating a run's own parameters passes)."""
-    node: Any = config
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return False
-        node = node[part]
-    return canonical(node) == canonical(value)
-
-
-def refuse_overrides(mode: str, overrides: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> None:
-    """A ValueError for the overrides a saved run opened in ``mode`` may not take (:data:`identifiable_cl.spec.
-    CHANGEABLE`); to resume, an override that repeats the saved ``config``'s value (as a sweep repeating a run's
-    own parameters passes) is no change."""
-    refused = [key for key in overrides if key.split(".")[0] not in CHANGEABLE[mode]
-               and not (mode == "resume" and _saved_as(config or {}, key, overrides[key]))]
-    if refused and mode == "resume":
-        fail(refused[0], overrides[refused[0]], REFUSED[mode])
-    if refused:
-        raise ValueError(f"{', '.join(f'{k}={overrides[k]!r}' for k in refused)}: {REFUSED[mode]}")
+def assemble(spec: RunSpec) -> Solver:
+    """The solver of a run from its spec (:func:`resolve`): new, resumed and evaluated runs differ only in where the
+    process (drawn from the seed, or the saved one) and the state (fresh, or the last checkpoint's) come from."""
+    c = build(spec, process=spec.process)
+    if spec.state is not None:
+        try:
+            c.load_state_dict(spec.state)
+        except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+            raise _damaged(spec.run_dir / rundir.CHECKPOINT, exc) from exc
+    return c
 
 
 def load_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, *, need_checkpoint: bool = True,
              mode: str = "resume") -> Solver:
     """The solver of a saved run at its last checkpoint, from its own files, opened to ``resume`` or to
-    ``evaluate`` (what ``overrides`` may change: :func:`refuse_overrides`); nothing is written.
-
-    The process is ``dgp.pt``'s (its saved parameters, never re-drawn), and must agree with
-    ``config.yaml``. The config with the overrides is checked once (an invalid saved config is named as the
-    file). To resume, ``train.steps`` may not fall below the step reached. Every problem (a missing, foreign,
-    truncated or edited file) is a ValueError naming the file.
-    """
+    ``evaluate`` (:func:`resolve`, which says what ``overrides`` may change); nothing is written.
+    ``need_checkpoint``: a run that never reached its first step is an error (evaluating always needs one)."""
     if mode not in CHANGEABLE:
         raise ValueError(f"mode={mode!r} is invalid: allowed: {', '.join(CHANGEABLE)}")
-    if mode == "evaluate":
-        refuse_overrides(mode, overrides or {})
-    if not isinstance(run_dir, (str, Path)):
-        raise ValueError(f"run_dir of type {type(run_dir).__name__} is invalid: give a run directory's path")
-    run_dir = Path(run_dir)
-    if not rundir.is_run_dir(run_dir):
-        raise ValueError(f"{str(run_dir)!r} is not a run directory (no {rundir.CONFIG} and {rundir.DGP})")
-    checkpoint = run_dir / rundir.CHECKPOINT
-    if need_checkpoint and not checkpoint.is_file():
-        raise ValueError(f"{str(run_dir)!r} has no {rundir.CHECKPOINT}: the run never reached its first step")
-    config, saved = rundir.read_config(run_dir), rundir.load_torch(run_dir / rundir.DGP)
-    meta = rundir.read_meta(run_dir)
-    try:
-        config, saved = migrate(config, saved, schema_version(meta))
-    except ValueError as exc:
-        raise ValueError(f"{run_dir / rundir.META}: {exc}") from exc
-    config = merge_layer(DEFAULTS, config, str(run_dir / rundir.CONFIG))
-    if mode == "resume":
-        refuse_overrides(mode, overrides or {}, config)
-    try:
-        spec = check(merge_layer(config, overrides, "the command line") if overrides else config)
-    except ValueError:
-        try:
-            check(config)  # on the error path only: is it the saved file's?
-        except ValueError as exc:
-            raise ValueError(f"{run_dir / rundir.CONFIG}: {exc}") from exc
-        raise
-    try:
-        process = dgp.load_process(saved)
-    except ValueError as exc:
-        raise ValueError(f"{run_dir / rundir.DGP}: {exc}") from exc
-    section, seed = dgp.process.own_seed(spec["dgp"], spec["seed"])
-    ours = canonical({"dgp": dgp.process.resolve_config(section), "seed": seed})
-    theirs = canonical({"dgp": process.config, "seed": process.seed})
-    if ours != theirs:
-        differing = sorted(k for k in set(ours["dgp"]) | {"seed"} if (ours["dgp"].get(k), ours.get(k)) != (theirs["dgp"].get(k), theirs.get(k)))
-        raise ValueError(
-            f"{run_dir / rundir.CONFIG} and {run_dir / rundir.DGP} describe different processes "
-            f"(dgp keys {', '.join(differing)} differ); restore the run's own config.yaml"
-        )
-    c = build(spec, process=process)
-    if checkpoint.is_file():
-        state = rundir.load_torch(checkpoint)
-        try:
-            c.load_state_dict(state)
-        except (KeyError, RuntimeError, TypeError, ValueError) as exc:
-            raise ValueError(f"{checkpoint}: does not fit the run's config or is damaged ({exc})") from exc
-    steps = spec["train"]["steps"]
-    if mode == "resume" and steps < c.steps_done:
-        raise ValueError(f"train.steps={steps} is invalid: the run has reached step {c.steps_done}, and a resumed "
-                         f"run only goes on (give train.steps >= {c.steps_done})")
-    return c
+    spec = resolve(run_dir, overrides or {}, mode)
+    if need_checkpoint and spec.state is None:
+        raise _untrained(run_dir)
+    return assemble(spec)

@@ -24,13 +24,14 @@ from torch import Tensor
 
 from dgp.seeding import stream_seed
 from identifiable_cl import __version__, linear, rundir
-from identifiable_cl.components import build, load_run
+from identifiable_cl.components import assemble, check, resolve
 from identifiable_cl.evaluation import linear_readout
 from identifiable_cl.plots import draw_figures_if_possible
 from identifiable_cl.progress import Progress
 from identifiable_cl.protocol import Measured, check_before_writing, evaluation, reported, shared_identity
 from identifiable_cl.solvers import Solver
 from identifiable_cl.solvers.packed import PackStepper, check_packable
+from identifiable_cl.spec import RunSpec
 from identifiable_cl.stops import LOOPING, STOP, Interrupted, NonFiniteLoss, evaluating
 from identifiable_cl.tracking import Tracker, open_tracker
 
@@ -51,26 +52,36 @@ class Trainer:
         """The run's identity baseline and mutual-information truths, shared with its pack (:func:`run_packed`)."""
 
     @classmethod
+    def from_spec(cls, spec: RunSpec, run_dir: Path | None = None, progress: bool | None = None,
+                  components: Solver | None = None) -> "Trainer":
+        """The run a spec (:func:`identifiable_cl.components.resolve`) describes, assembled (or given, as built from
+        it) and checked before its folder changes: a new run writes ``run_dir``; a resumed one goes on from its last
+        checkpoint (the metrics after it, the summary and stale temporary files removed, the config rewritten); an
+        evaluated one only reads its folder."""
+        c = assemble(spec) if components is None else components
+        if spec.mode != "evaluate":
+            check_before_writing(c)
+        if spec.mode == "new":
+            meta = rundir.meta(c.device, linear.resolve(c.config["train"]["matmul"]))
+            folder = rundir.RunFolder.create(run_dir, c.config, meta, c.process.to_dict())
+        elif spec.mode == "resume":
+            folder = rundir.RunFolder.reopen(spec.run_dir, c.config, c.steps_done)
+        else:
+            folder = rundir.RunFolder(spec.run_dir)
+        return cls(c, folder, progress=progress)
+
+    @classmethod
     def create(cls, config: Mapping[str, Any], run_dir: Path, progress: bool | None = None,
                components: Solver | None = None) -> "Trainer":
-        """A new run: everything is built first (or given, as built from ``config``), then the directory is written."""
-        c = build(config) if components is None else components
-        check_before_writing(c)
-        meta = rundir.meta(c.device, linear.resolve(c.config["train"]["matmul"]))
-        return cls(c, rundir.RunFolder.create(run_dir, c.config, meta, c.process.to_dict()), progress=progress)
+        """A new run in ``run_dir`` from a config (:func:`from_spec`)."""
+        spec = config if isinstance(config, RunSpec) and config.unchanged() else check(config)
+        return cls.from_spec(spec, run_dir, progress, components)
 
     @classmethod
     def resume(cls, run_dir: Path, overrides: Mapping[str, Any] | None = None, progress: bool | None = None) -> "Trainer":
-        """Continue a saved run exactly where its last checkpoint left it.
-
-        Only ``train.*``, ``eval.*``, ``device`` and ``wandb.*`` may be overridden. Everything is
-        loaded and checked (:func:`identifiable_cl.components.load_run`) before the run
-        directory changes: then the metrics after the checkpoint, the summary and stale
-        temporary files are removed and the config is rewritten.
-        """
-        c = load_run(run_dir, overrides, need_checkpoint=False)
-        check_before_writing(c)
-        return cls(c, rundir.RunFolder.reopen(run_dir, c.config, c.steps_done), progress=progress)
+        """Continue a saved run exactly where its last checkpoint left it (:func:`from_spec`); only ``train.*``,
+        ``eval.*``, ``device`` and ``wandb.*`` may be overridden."""
+        return cls.from_spec(resolve(run_dir, overrides or {}, "resume"), progress=progress)
 
     @property
     def run_dir(self) -> Path:
@@ -279,10 +290,10 @@ def evaluate_run(run_dir: Path, overrides: Mapping[str, Any] | None = None) -> d
     ``overrides`` (``{"eval.final_n_fit": 4096, ...}``) may change the ``eval.*`` keys only: how the
     run is measured, never what was trained.
     """
-    c = load_run(run_dir, overrides, mode="evaluate")
+    trainer = Trainer.from_spec(resolve(run_dir, overrides or {}, "evaluate"), progress=False)
+    c = trainer.c
     if overrides:
         c.extra.pop("identity", None)  # the saved baseline was measured with the run's own eval settings
-    trainer = Trainer(c, rundir.RunFolder(Path(run_dir)), progress=False)
     c.extra.setdefault("wall_s", 0.0)
     c.extra.setdefault("steps_timed", 0)
     return trainer.summarize(evaluation(c, True, trainer.measured), trainer.identity())

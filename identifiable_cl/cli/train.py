@@ -70,7 +70,8 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def train_pack(runs: Sequence[tuple[Mapping[str, Any], Path, str | None]]) -> list[dict[str, Any] | BaseException]:
-    """Train ``(config, run_dir, wandb_id, wandb_name)`` runs as one pack, printing each run's table; their results.
+    """Train ``(spec, run_dir, wandb_id, wandb_name)`` runs (specs from :func:`identifiable_cl.components.resolve`) as
+    one pack, printing each run's table; their results.
 
     Everything is built and checked to fit one pack before any run directory is written.
     """
@@ -83,7 +84,7 @@ def train_pack(runs: Sequence[tuple[Mapping[str, Any], Path, str | None]]) -> li
     check_packable(built)
     trainers = []
     for (config, run_dir, wandb_id, wandb_name), components in zip(runs, built):
-        trainer = Trainer.create(config, run_dir, progress=False, components=components)
+        trainer = Trainer.from_spec(config, run_dir, progress=False, components=components)
         trainer.wandb_id, trainer.wandb_name = wandb_id, wandb_name
         trainers.append(trainer)
         print(f"run directory: {run_dir}")
@@ -179,7 +180,7 @@ def stoppable():
 
 def run(args: argparse.Namespace) -> int:
     from identifiable_cl.cli.tables import results_table
-    from identifiable_cl.components import load_config, use_threads
+    from identifiable_cl.components import resolve, use_threads
     from identifiable_cl.training import Interrupted, Trainer
 
     use_threads()
@@ -192,18 +193,14 @@ def run(args: argparse.Namespace) -> int:
         if args.pack_seeds is not None:
             return cmd_train_packed(args, overrides)
         progress = False if args.quiet else None
-        if args.resume:
-            if args.config:
-                raise ValueError("--resume takes the config saved in the run directory; do not pass CONFIG too")
-            trainer = Trainer.resume(Path(args.resume), overrides, progress=progress)
+        if args.resume and args.config:
+            raise ValueError("--resume takes the config saved in the run directory; do not pass CONFIG too")
+        spec = resolve(args.resume or args.config, overrides, "resume" if args.resume else "new")
+        if spec.mode == "resume" or args.run_dir:
+            trainer = Trainer.from_spec(spec, args.run_dir and Path(args.run_dir), progress)
         else:
-            config = load_config(args.config, overrides)
-            if args.run_dir:
-                run_dir = Path(args.run_dir)
-                trainer = Trainer.create(config, run_dir, progress=progress)
-            else:
-                with new_run_dirs(Path(args.out), [config]) as (run_dir,):
-                    trainer = Trainer.create(config, run_dir, progress=progress)
+            with new_run_dirs(Path(args.out), [spec]) as (run_dir,):
+                trainer = Trainer.from_spec(spec, run_dir, progress)
         try:
             if not args.resume:
                 print(f"run directory: {trainer.run_dir}")

@@ -160,7 +160,7 @@ def _scaled(where: str, raw: Any) -> dict[str, dict[str, Any]]:
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class LabelledRun:
     """One labelled configuration of an experiment."""
 
     label: str
@@ -369,7 +369,7 @@ class Experiment:
     notes: str
     base: dict[str, Any]
     scales: dict[str, dict[str, Any]]
-    runs: tuple[RunSpec, ...]
+    runs: tuple[LabelledRun, ...]
     metrics: tuple[str, ...]
     claims: tuple[Claim, ...]
     figures: tuple[dict[str, Any], ...]
@@ -381,7 +381,7 @@ class Experiment:
         """The scales this experiment can run at, in :data:`SCALES` order."""
         return tuple(s for s in SCALES if s not in DATA_SCALES or s in REQUIRED_SCALES or s in self.scales)
 
-    def run(self, label: str) -> RunSpec:
+    def run(self, label: str) -> LabelledRun:
         for run in self.runs:
             if run.label == label:
                 return run
@@ -516,7 +516,7 @@ def parse_experiment(raw: Any, folder: Path, source: str) -> Experiment:
                     f"from scales ({', '.join(DATA_SCALES)}) to numbers or text"
                 )
         runs.append(
-            RunSpec(
+            LabelledRun(
                 label=r["label"],
                 description=_text(where, r, "description"),
                 overrides=_overrides(f"{where}.overrides", r.get("overrides")),

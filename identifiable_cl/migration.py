@@ -1,7 +1,7 @@
 """Older run folders brought up to the files this code writes: one schema version, one :func:`migrate`.
 
 ``meta.json`` records the ``schema_version`` of a run folder's files (:data:`SCHEMA_VERSION` when this
-code writes it); a folder without one is version 1. :func:`identifiable_cl.components.load_run` reads
+code writes it); a folder without one is version 1. :func:`identifiable_cl.components.resolve` reads
 a run's files as written (:mod:`identifiable_cl.rundir`) and upgrades them here, one version at a
 time, in memory: nothing on disk changes until the run is written again (a resume rewrites its
 config and meta).

@@ -265,7 +265,7 @@ def write_config(run_dir: Path, config: Mapping[str, Any]) -> None:
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
-    """The run's saved config as written (:func:`identifiable_cl.components.load_run` upgrades it)."""
+    """The run's saved config as written (:func:`identifiable_cl.components.resolve` upgrades it)."""
     return copy.deepcopy(dict(read_yaml_mapping(Path(run_dir) / CONFIG)))
 
 

@@ -2,7 +2,7 @@
 
 Runs ``icl train --run-dir RUN_DIR --quiet ICL_TRAIN_ARGS`` in this fresh process and prints, as one JSON
 object on the last line, the seconds of each part: ``imports`` (the command line's modules, torch included),
-``build`` (config check, process, encoder, loss and the optimizer, whose first use imports torch's compiler
+``build`` (process, encoder, loss and the optimizer, whose first use imports torch's compiler
 package), ``identity`` (the identity baseline g(z)), ``steps`` (the training steps), ``evaluation`` (held-out
 evaluations, the final one included), ``figures``, ``wandb`` (W&B's start and finish; 0 when disabled) and
 ``rest`` (what the run does besides: files, checks, the summary table), with ``total`` the sum. Each part is
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
         return tracker
 
     timed = {(owner, name): _timed(parts, part, getattr(owner, name)) for owner, name, part in (
-        (training, "build", "build"), (training, "shared_identity", "identity"), (protocol, "evaluate", "evaluation"),
+        (training, "assemble", "build"), (training, "shared_identity", "identity"), (protocol, "evaluate", "evaluation"),
         (training, "draw_figures_if_possible", "figures"), (training.PackStepper, "step", "steps"))}
     timed[training, "open_tracker"] = open_tracker
     originals = {(owner, name): getattr(owner, name) for owner, name in timed}

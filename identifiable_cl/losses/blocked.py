@@ -213,7 +213,7 @@ def block_forward(
         logits = sim * (scale * c)
         if excluded is not None:
             logits.masked_fill_(excluded, -math.inf)
-        top = logits.amax(1, keepdim=True)
+        top = logits.amax(1, keepdim=True) if logits.shape[1] else logits.new_full((logits.shape[0], 1), -math.inf)
         e = logits.sub_(top).clamp_min_(floor).exp_()
         if excluded is not None:
             e.masked_fill_(excluded, 0.0)

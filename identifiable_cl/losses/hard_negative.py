@@ -78,6 +78,9 @@ class HardNegativeInfoNCE(InfoNCE):
     def _row(self, pos: Tensor, lse: Tensor, scale: Tensor, n_neg: int) -> Tensor:
         """Rows (R,) from l+ (R,) and lse (R, 2) = log Σ_k [e^{(β+1) l_k}, e^{β l_k}]; scale = 1/tau."""
         check_has_negatives(self.reduction, n_neg)
+        if n_neg < 1:
+            raise ValueError(f"{self.config_key}.name='hard_negative' reweights the negatives and needs at least one "
+                             "negative per anchor; got none (h_neg holds 0 negatives)")
         log_n = math.log(n_neg)
         log_g = lse[:, 0] - lse[:, 1] + log_n
         if self.tau_plus > 0:

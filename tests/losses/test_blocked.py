@@ -323,3 +323,19 @@ def test_left_out_marks_exactly_the_named_columns():
             if column >= 0:
                 want[row, column] = True
     assert torch.equal(left_out(excluded, 5), want)
+
+
+@pytest.mark.parametrize("kernels", ["eager", "native"])
+def test_shared_negatives_of_none_give_every_kernel_the_same_answer(kernels):
+    """With 0 shared negatives the denominator holds the positive alone (InfoNCE: 0), a decoupled reduction and
+    the hard-negative reweighting have nothing to work on (one clear error), on either kernel."""
+    h = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    none = torch.zeros(0, 3, dtype=torch.float64)
+    with blocked.use_kernels(kernels):
+        value = InfoNCE(dim=3, negatives="independent")(h, h + 0.1, none)
+        value.backward()
+        assert value.item() == 0.0 and torch.equal(h.grad, torch.zeros_like(h))
+        with pytest.raises(ValueError, match="leaves the positive out of the denominator and needs at least one"):
+            InfoNCE(dim=3, negatives="independent", reduction="decoupled_logsumexp")(h, h, none)
+        with pytest.raises(ValueError, match="^loss.name='hard_negative' reweights the negatives and needs at least"):
+            HardNegativeInfoNCE(dim=3, negatives="independent")(h, h, none)

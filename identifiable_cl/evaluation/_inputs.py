@@ -22,6 +22,13 @@ def device_of(*arrays: Any) -> torch.device:
     return torch.device("cpu")
 
 
+def _finite(name: str, t: Tensor) -> Tensor:
+    """``t`` itself, once it is known to hold no NaN or infinite entry."""
+    if bad := int((~torch.isfinite(t)).sum()):
+        raise ValueError(f"{name} contains {bad} NaN or infinite entries: all entries must be finite")
+    return t
+
+
 def matrix(name: str, x: Any, device: torch.device) -> Tensor:
     """``x`` as a finite float64 tensor of shape (N, dims) on ``device``."""
     if x is None:
@@ -33,11 +40,7 @@ def matrix(name: str, x: Any, device: torch.device) -> Tensor:
         raise ValueError(f"{name} has shape {tuple(t.shape)}: expected a 2-D array (samples, dims)")
     if t.shape[0] == 0 or t.shape[1] == 0:
         raise ValueError(f"{name} has shape {tuple(t.shape)}: expected at least one sample and one dimension")
-    t = t.detach().to(device=device, dtype=torch.float64)
-    bad = int((~torch.isfinite(t)).sum())
-    if bad:
-        raise ValueError(f"{name} contains {bad} NaN or infinite entries: all entries must be finite")
-    return t
+    return _finite(name, t.detach().to(device=device, dtype=torch.float64))
 
 
 def vector(name: str, x: Any, device: torch.device) -> Tensor:
@@ -45,11 +48,7 @@ def vector(name: str, x: Any, device: torch.device) -> Tensor:
     t = x if isinstance(x, Tensor) else torch.as_tensor(x)
     if t.dim() != 1 or t.shape[0] == 0:
         raise ValueError(f"{name} has shape {tuple(t.shape)}: expected a non-empty 1-D array")
-    t = t.detach().to(device=device, dtype=torch.float64)
-    bad = int((~torch.isfinite(t)).sum())
-    if bad:
-        raise ValueError(f"{name} contains {bad} NaN or infinite entries: all entries must be finite")
-    return t
+    return _finite(name, t.detach().to(device=device, dtype=torch.float64))
 
 
 def paired(z_name: str, z: Tensor, h_name: str, h: Tensor) -> None:

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from dgp.seeding import stream_seed
 from identifiable_cl import __version__, linear, rundir
-from identifiable_cl.components import assemble, check, resolve
+from identifiable_cl.components import assemble, resolve
 from identifiable_cl.evaluation import linear_readout
 from identifiable_cl.plots import draw_figures_if_possible
 from identifiable_cl.progress import Progress
@@ -73,9 +73,8 @@ class Trainer:
     @classmethod
     def create(cls, config: Mapping[str, Any], run_dir: Path, progress: bool | None = None,
                components: Solver | None = None) -> "Trainer":
-        """A new run in ``run_dir`` from a config (:func:`from_spec`)."""
-        spec = config if isinstance(config, RunSpec) and config.unchanged() else check(config)
-        return cls.from_spec(spec, run_dir, progress, components)
+        """A new run in ``run_dir`` from a config or any part of one, read over the defaults (:func:`from_spec`)."""
+        return cls.from_spec(resolve(config), run_dir, progress, components)
 
     @classmethod
     def resume(cls, run_dir: Path, overrides: Mapping[str, Any] | None = None, progress: bool | None = None) -> "Trainer":

@@ -304,6 +304,13 @@ def results(
     """The aggregated table of all runs under ``paths`` in format ``fmt`` (one of :data:`FORMATS`)."""
     if fmt not in FORMATTERS:
         raise ValueError(f"--format {fmt!r}: allowed: {', '.join(FORMATS)}")
+    return table(*grouped(paths, group_by), metrics=metrics, fmt=fmt)
+
+
+def grouped(paths: Sequence[str | Path],
+            group_by: Sequence[str] | None = None) -> tuple[list[Run], list[str], list[Group]]:
+    """Every run under ``paths`` (:func:`find_runs`), the keys they are grouped by (``group_by``, else
+    :func:`default_group_keys`) and their groups (:func:`group_runs`); a ValueError for no runs or a key no run has."""
     runs = find_runs(paths)
     if not runs:
         raise ValueError(f"no runs found under {', '.join(map(str, paths))} (no status.json or config.yaml)")
@@ -314,5 +321,12 @@ def results(
         close = difflib.get_close_matches(unknown[0], sorted(known), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; the runs' parameters: {', '.join(sorted(known))}"
         raise ValueError(f"--group-by {','.join(unknown)}: not a parameter of any run found{hint}")
+    return runs, keys, group_runs(runs, keys)
+
+
+def table(runs: Sequence[Run], keys: Sequence[str], groups: Sequence[Group], *, metrics: Sequence[str] | None = None,
+          fmt: str = "md") -> str:
+    """:func:`grouped`'s runs as the table of format ``fmt``: ``metrics`` (default: :func:`default_metrics`) per
+    group."""
     metrics = list(metrics) if metrics is not None else default_metrics(runs)
-    return FORMATTERS[fmt](group_runs(runs, keys), keys, metrics)
+    return FORMATTERS[fmt](groups, keys, metrics)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from identifiable_cl.aggregate import DEFAULT_METRICS, FORMATS, results
+from identifiable_cl.aggregate import DEFAULT_METRICS, FORMATS, grouped, table
 from identifiable_cl.cli import VERBS
 
 
@@ -27,15 +27,13 @@ def run(args: argparse.Namespace) -> int:
                              "without --consistency")
         print(consistency_table(find_runs(args.dirs)))
         return 0
-    group_by = _keys("--group-by", args.group_by)
-    print(results(args.dirs, group_by=group_by, metrics=_keys("--metrics", args.metrics), fmt=args.format or "md"))
-    if (args.format or "md") == "md" and args.metrics is None:
-        from identifiable_cl.aggregate import default_group_keys, find_runs, group_runs
+    group_by, metrics, fmt = _keys("--group-by", args.group_by), _keys("--metrics", args.metrics), args.format or "md"
+    runs, keys, groups = grouped(args.dirs, group_by)
+    print(table(runs, keys, groups, metrics=metrics, fmt=fmt))
+    if fmt == "md" and metrics is None:
         from identifiable_cl.cli.tables import subset_group_tables
 
-        runs = find_runs(args.dirs)
-        keys = group_by if group_by is not None else default_group_keys(runs)
-        subsets = subset_group_tables(group_runs(runs, keys))
+        subsets = subset_group_tables(groups)
         if subsets:
             print(subsets)
     return 0

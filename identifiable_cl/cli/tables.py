@@ -9,6 +9,7 @@ from identifiable_cl.plots import (
     CURVES,
     IN_SAMPLE,
     REFERENCE_LABEL,
+    SUBSET_KEY,
     SUBSET_SUMMARY_KEYS,
     metric_label,
     reference_key,
@@ -29,10 +30,8 @@ def results_table(summary: Mapping[str, Any]) -> str:
     A metric with a chance reference (block-aware MCC: the score of a random rotation of z on the
     encoder's own scoring latents) shows it in a "random rotation" column, which appears only then.
     """
-    subsets = {key for name, views in subset_blocks(summary) for v in views for kind in ("r2_linear", "r2_nonlinear")
-               for block in ("shared", "unshared") for key in [subset_key(v, kind, block, name)]}
     keys = list(CURVES) + [k for k in summary if k.startswith("r2_linear_") and not k.endswith(("per_dim", IN_SAMPLE))
-                           and k not in subsets and k not in SUBSET_SUMMARY_KEYS]
+                           and not SUBSET_KEY.match(k) and k not in SUBSET_SUMMARY_KEYS]
     keys += [k + IN_SAMPLE for k in keys if k + IN_SAMPLE in summary]
     rows = [(metric_label(k), k) for k in keys]
     chance = {k: summary[ref] for k in keys if (ref := reference_key(k)) is not None and _number(summary.get(ref))}

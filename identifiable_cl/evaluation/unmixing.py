@@ -25,7 +25,8 @@ as the theorem says they must. For the same reason a representation whose coordi
 function of one source but nearly Gaussian scores low even where the plain MCC is near 1: an encoder may
 Gaussianize its marginals (in the smoke runs of the hyvarinen2017 experiment, InfoNCE behind 2 and 3 mixing layers
 reaches a plain MCC of 0.985 and 0.967 with coordinates of excess kurtosis near −0.2, against the sources' 1.0,
-and FastICA rotates them to 0.60 and 0.53), so read these scores beside the plain MCC. The FastICA start is drawn from ``seed``, so a score is reproducible.
+and FastICA rotates them to 0.60 and 0.53), so read these scores beside the plain MCC. The FastICA start is
+drawn from ``seed``, so a score is reproducible.
 
 With ``in_sample=True`` the unmixing is fitted and scored on the fit sample. When h has more non-null
 directions than z has dimensions (k > n), the matching takes the best n of the k components.

@@ -11,15 +11,16 @@ and no modality-specific blocks it is the multi-view setting.
 A views component is registered in :data:`VIEWS` and built as ``cls(blocks, dim, **options)`` from the
 process's named latent blocks (name -> dimensions) and its latent dimension n. It exposes ``dims`` (per
 view, the latent dimensions it sees, in order), ``shared_mixing`` (one mixing for every view) and
-``describe()``, and may expose ``contrasted`` and ``selection`` (below). The process draws the mixings: view
-1's from the stream ``dgp.mixing`` (the one a single-view process uses), view v's from ``dgp.mixing.view<v>``.
+``describe()``, and may expose ``contrasted``, ``selection`` and ``objective`` (below). The process draws the
+mixings: view 1's from the stream ``dgp.mixing`` (the one a single-view process uses), view v's from
+``dgp.mixing.view<v>``.
 
 Yao, Xu, Lachapelle, Magliacane, Taslakian, Martius, von Kügelgen & Locatello (ICLR 2024, "Multi-View Causal
 Representation Learning with Partial Observability") contrast subsets of views, each on the block its views share:
-``contrast`` lists the subsets (``contrasted``: each with its shared latent dimensions I_s = ∩_{v∈s} S_v) and
-``selection`` how the learner finds the encoding coordinates that carry I_s
-(:mod:`identifiable_cl.solvers.subsets`). The process draws nothing for them: they describe what the views share,
-and the learner reads them.
+``contrast`` lists the subsets (``contrasted``: each with its shared latent dimensions I_s = ∩_{v∈s} S_v),
+``selection`` how the learner finds the encoding coordinates that carry I_s and ``objective`` how it contrasts the
+views of a subset on them (:mod:`identifiable_cl.solvers.subsets`). The process draws nothing for them: they
+describe what the views share, and the learner reads them.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ VIEWS = Registry("views", "dgp.views", builtins=BUILTIN_MODULES)
 
 SELECTIONS = ("ground_truth", "gumbel", "concat")
 """How the learner selects the encoding coordinates of a contrasted subset's shared block (``selection``)."""
+OBJECTIVES = ("joint", "pairs")
+"""How the learner contrasts a subset's views on their selected coordinates (``objective``): ``joint``, the views
+together (positives along consecutive views, negatives summed over the views: Yao et al.'s code); ``pairs``, the
+mean of the pair loss over every ordered pair of views."""
 MAX_VIEWS = 64
 """The most views a process may have: a step's loss has V(V - 1) terms, and the check builds a mixing per view."""
 MAX_SUBSETS = 1024
@@ -63,8 +68,8 @@ class Subsets(nn.Module):
     order they enter its mixing), through a mixing of its own or, with ``shared_mixing``, one for all.
 
     ``contrasted``: None, or with ``contrast`` the subsets the loss contrasts, each as (its views, 0-based
-    ascending; the latent dimensions they share, :meth:`shared`); ``selection``: None, or with ``contrast`` one of
-    :data:`SELECTIONS`."""
+    ascending; the latent dimensions they share, :meth:`shared`); ``selection`` and ``objective``: None, or with
+    ``contrast`` one of :data:`SELECTIONS`, resp. :data:`OBJECTIVES`."""
 
     OPTION_DOCS = {
         "latents": "per view, the latent blocks it sees, e.g. [[content, style, m1], [content, style, m2]]",
@@ -76,10 +81,15 @@ class Subsets(nn.Module):
                      "ground_truth (the default: coordinate j of view v's encoding stands for the j-th latent "
                      "dimension it sees), gumbel (the top k of the batch-mean encoding plus Gumbel noise) or concat "
                      "(the encoding split into one run of coordinates per subset)",
+        "objective": "with contrast, how a subset's views are contrasted on their selected coordinates: joint (the "
+                     "default: InfoNCE with the positive summed over consecutive views and the negatives over every "
+                     "view, Yao et al.'s LpSimCLRLoss; needs loss.negatives: independent) or pairs (the mean of "
+                     "InfoNCE over every ordered pair of views)",
     }
 
     def __init__(self, blocks: Mapping[str, Sequence[int]], dim: int, *, latents: Any = None,
-                 shared_mixing: bool = False, contrast: Any = None, selection: str | None = None):
+                 shared_mixing: bool = False, contrast: Any = None, selection: str | None = None,
+                 objective: str | None = None):
         super().__init__()
         self.shared_mixing = checks.boolean("shared_mixing", shared_mixing)
         if not blocks:
@@ -107,6 +117,10 @@ class Subsets(nn.Module):
         if selection is not None and contrast is None:
             checks.fail("selection", selection, "selects the coordinates of contrasted subsets: set contrast too")
         self.selection = None if contrast is None else checks.choice("selection", selection or SELECTIONS[0], SELECTIONS)
+        if objective is not None and contrast is None:
+            checks.fail("objective", objective, "contrasts the views of contrasted subsets: set contrast too")
+        self.objective = (None if contrast is None
+                          else checks.choice("objective", objective or OBJECTIVES[0], OBJECTIVES))
 
     def shared(self, views: Sequence[int]) -> list[int]:
         """The latent dimensions every view of ``views`` (0-based) sees, ascending: I_s = ∩_{v∈s} S_v."""
@@ -148,5 +162,5 @@ class Subsets(nn.Module):
         mixing = "one shared mixing" if self.shared_mixing else "a mixing per view"
         contrasted = "" if self.contrasted is None else (
             f"; the loss contrasts {len(self.contrasted)} subsets of views, each on the coordinates of its shared "
-            f"block ({self.selection} selection)")
+            f"block ({self.selection} selection, {self.objective} objective)")
         return f"{len(self.dims)} views, {mixing}: {seen}{contrasted}"

@@ -181,6 +181,11 @@ SCHEMA: dict[str, Leaf | Section] = {
                            minimum=1),
     "eval.final_n_centres": Leaf(1000, "int", "Nyström centres of the final nonlinear R² and the identity baseline",
                                  minimum=1),
+    "eval.gumbel_draws": Leaf(5, "int", "with views that contrast subsets by the Gumbel selection "
+                              "(dgp.views.selection: gumbel), also score every subset's blocks as the mean over this "
+                              "many draws of the selection's noise (keys suffixed _drawn), as Yao et al.'s code "
+                              "evaluates, and how far the selection is from uniform (gumbel_mean_gap, "
+                              "gumbel_mode_agreement); 0: the noise-free mode only", minimum=0),
     "eval.in_sample": Leaf(False, "bool", "score on the fit sample, as the reference codes do"),
     "eval.in_sample_n": Leaf(None, "int?", "also score the final evaluation and the identity baseline in sample "
                              "on this many fresh samples, linear metrics only, as the reference codes log them "

@@ -110,14 +110,16 @@ def view_blocks(record: Mapping[str, Any]) -> tuple[list[str], list[int]]:
     return blocks, views
 
 
-SUBSET_KEY = re.compile(r"^(?:view(\d+)_)?(r2_linear|r2_nonlinear)_(un)?shared_(\d+(?:_\d+)*)$")
+SUBSET_KEY = re.compile(r"^(?:view(\d+)_)?(r2_linear|r2_nonlinear)_(un)?shared_(\d+(?:_\d+)*)(_drawn)?$")
 """A score of a contrasted subset of views (:func:`identifiable_cl.evaluation.views.shared_block_metrics`); its
-groups: the view's number (None for view 1), the regression, ``un`` (None for the shared block) and the subset,
-its view numbers joined by ``_``."""
-SUBSET_SUMMARY_KEYS = tuple(f"{kind}_{part}" for kind in ("r2_linear", "r2_nonlinear")
+groups: the view's number (None for view 1), the regression, ``un`` (None for the shared block), the subset, its
+view numbers joined by ``_``, and ``_drawn`` for the mean over draws of the Gumbel selection's noise (else None)."""
+SUBSET_SUMMARY_KEYS = tuple(f"{kind}_{part}{drawn}" for drawn in ("", "_drawn")
+                            for kind in ("r2_linear", "r2_nonlinear")
                             for part in ("shared_min", "shared_mean", "unshared_max", "unshared_mean"))
 """The scores of contrasted subsets over every subset and view
-(:func:`identifiable_cl.evaluation.views.shared_block_summary`), in the order tables list them."""
+(:func:`identifiable_cl.evaluation.views.shared_block_summary`), in the order tables list them: the selection's
+mode's, then the means over draws of the Gumbel noise."""
 
 
 def subset_blocks(record: Mapping[str, Any]) -> list[tuple[str, list[int]]]:

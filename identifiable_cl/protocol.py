@@ -67,7 +67,9 @@ def evaluation(c: Solver, final: bool, measured: Measured | None = None) -> dict
     arguments = eval_arguments(c.config["eval"], final)
     if c.process.view_count > 1:
         encoders = [lambda x, v=v: c.encode(x, v) for v in range(c.process.view_count)]
-        metrics = evaluate_views(encoders, c.process, generator, control=final, **arguments, rotation_reference=final)
+        draws = c.config["eval"]["gumbel_draws"]
+        metrics = evaluate_views(encoders, c.process, generator, control=final, gumbel_draws=draws, **arguments,
+                                 rotation_reference=final)
     else:
         metrics = evaluate(c.encode, c.process, generator, **arguments, rotation_reference=final)
     if final:
@@ -106,7 +108,8 @@ def identity_key(c: Solver) -> str:
     final evaluation's settings, the device type and the version."""
     e = c.config["eval"]
     what = {"process": c.process.fingerprint(), "seed": c.config["seed"], "eval": eval_arguments(e, final=True),
-            "in_sample_n": e["in_sample_n"], "device": c.device.type, "version": __version__}
+            "in_sample_n": e["in_sample_n"], "gumbel_draws": e["gumbel_draws"], "device": c.device.type,
+            "version": __version__}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -116,7 +119,8 @@ def measure_identity(c: Solver) -> dict[str, Any]:
     generator = c.process.make_generator(stream_seed(c.config["seed"], "eval.identity"))
     arguments = {**eval_arguments(c.config["eval"], final=True), "rotation_reference": False}
     if c.process.view_count > 1:  # every view's observations, scored as the encoders' (evaluate_views)
-        views = evaluate_views([lambda x: x] * c.process.view_count, c.process, generator, **arguments)
+        views = evaluate_views([lambda x: x] * c.process.view_count, c.process, generator,
+                               gumbel_draws=c.config["eval"]["gumbel_draws"], **arguments)
         base = {f"identity_{k}": v for k, v in views.items()}
     else:
         base = identity_baseline(c.process, generator, **arguments)

@@ -14,9 +14,12 @@ PAPER_VIEWS = [["z0", "z1", "z2", "z3", "z4"], ["z0", "z1", "z2", "z4", "z5"], [
 def test_the_paper_scale_is_the_official_numerical_experiment():
     """main_numerical.py's defaults: 6 latents, the four views' latent sets, a 3-layer mixing per view with
     condition ratio 0.001, encoders 5·[10, 50, 50, 50, 50, 10], batch 4096, Adam 1e-4, 100,001 steps, every subset
-    of two or more views; the dependent runs make all latents dependent through a Wishart covariance."""
+    of two or more views, the code's UnifiedCLLoss (objective joint: LpSimCLRLoss with p = 2, τ = 1, the fresh
+    negatives, log-mean-exp) but in the run that keeps the earlier pairwise objective, and its evaluation of the
+    Gumbel selection over 10 batches of fresh noise; the dependent runs make all latents dependent through a
+    Wishart covariance."""
     experiment = load_experiment("yao2024")
-    selections = {}
+    selections, objectives = {}, {}
     for run in experiment.runs:
         config = experiment.config(run.label, "paper")
         assert config["dgp"]["dim"] == 6 and config["dgp"]["views"]["latents"] == PAPER_VIEWS
@@ -31,8 +34,13 @@ def test_the_paper_scale_is_the_official_numerical_experiment():
         dependent = config["dgp"]["marginal"].get("dependent_dims", 0)
         assert dependent == (6 if run.label.endswith("_dependent") else 0)
         selections[run.label] = config["dgp"]["views"]["selection"]
-    assert selections == {"ground_truth": "ground_truth", "ground_truth_dependent": "ground_truth",
-                          "gumbel": "gumbel", "gumbel_dependent": "gumbel", "concat": "concat"}
+        objectives[run.label] = config["dgp"]["views"]["objective"]
+        assert config["loss"]["negatives"] == "independent" and config["loss"]["reduction"] == "logmeanexp"
+        assert config["eval"]["gumbel_draws"] == 10  # the code's --num-eval-batches
+    assert selections == {"ground_truth": "ground_truth", "ground_truth_pairs": "ground_truth",
+                          "ground_truth_dependent": "ground_truth", "gumbel": "gumbel", "gumbel_dependent": "gumbel",
+                          "concat": "concat"}
+    assert objectives == {label: "pairs" if label == "ground_truth_pairs" else "joint" for label in selections}
     smoke = {run.label: experiment.config(run.label, "smoke")["train"] for run in experiment.runs}
     assert smoke["ground_truth"]["steps"] == 1000 and smoke["gumbel"]["steps"] == 1500
     assert all(train["threads"] == 1 for train in smoke.values())
@@ -53,6 +61,7 @@ def test_every_claim_reads_a_key_its_run_writes():
                 written.add(f"{prefix}r2_nonlinear_shared_{name}")
                 if seen[v] - shared:
                     written.add(f"{prefix}r2_nonlinear_unshared_{name}")
+    written |= {f"{key}_drawn" for key in written} | {"gumbel_mean_gap", "gumbel_mode_agreement"}  # Gumbel runs
     written |= {f"identity_{key}" for key in written}
     experiment = load_experiment("yao2024")
     labels = {run.label for run in experiment.runs}

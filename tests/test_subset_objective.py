@@ -16,7 +16,7 @@ from identifiable_cl.components import build, load_config
 from identifiable_cl.losses import LOSSES
 from identifiable_cl.losses.base import SIMILARITIES
 from identifiable_cl.solvers import SubsetSolver, ViewSolver
-from identifiable_cl.solvers.subsets import Selection, subset_loss
+from identifiable_cl.solvers.subsets import Selection, joint_loss, subset_loss
 from identifiable_cl.training import Trainer
 from tests.dgp.test_partial import PAPER_VIEWS, partial
 from tests.tiny import TINY
@@ -76,6 +76,91 @@ def test_the_objective_is_the_mean_over_subsets_of_the_pair_losses_on_the_shared
     selection = Selection(contrasted(), 5)
     got = subset_loss(loss, selection.subsets, selection.coordinates(hs), hs, negs)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+
+
+def official_subset_term(views, fresh):
+    """One subset's term of the official UnifiedCLLoss over LpSimCLRLoss (p = 2, τ = 1, α = ½, the positive in a
+    log-mean denominator), for its views' selected encodings ``views`` and those of a fresh batch ``fresh``:
+    pos[a] = Σ_{i<l} ‖h_i(a) − h_{i+1}(a)‖², neg[a, b] = Σ_i ‖h_i(a) − h3_i(b)‖²,
+    2·(½·pos + ½·logmeanexp([−neg[a, :], −pos[a]])), averaged over the batch."""
+    size = views[0].shape[0]
+    pos = torch.zeros(size, dtype=torch.float64)
+    for i in range(len(views) - 1):
+        for a in range(size):
+            pos[a] += ((views[i][a] - views[i + 1][a]) ** 2).sum()
+    neg = torch.zeros(size, size, dtype=torch.float64)
+    for i in range(len(views)):
+        for a in range(size):
+            for b in range(size):
+                neg[a, b] += ((views[i][a] - fresh[i][b]) ** 2).sum()
+    scores = torch.cat([-neg, -pos[:, None]], dim=1)
+    per_sample = 2 * (0.5 * pos + 0.5 * (torch.logsumexp(scores, 1) - math.log(size + 1)))
+    return per_sample.mean()
+
+
+def test_the_joint_objective_is_the_official_loss_summed_over_subsets():
+    """Random float64 encodings of 4 views (7 coordinates) and a fresh batch, random coordinates for every view of
+    every subset: the sum over the 11 subsets of the official term, to a relative 1e-12."""
+    g = torch.Generator().manual_seed(3)
+    hs = [torch.randn(9, 7, generator=g, dtype=torch.float64) for _ in range(4)]
+    negs = [torch.randn(9, 7, generator=g, dtype=torch.float64) for _ in range(4)]
+    views = contrasted()
+    subsets = [s for s, _ in views.contrasted]
+    chosen = [[torch.randperm(7, generator=g)[: len(shared)] for _ in s] for s, shared in views.contrasted]
+    want = sum(official_subset_term([hs[v][:, c] for v, c in zip(s, cols)], [negs[v][:, c] for v, c in zip(s, cols)])
+               for s, cols in zip(subsets, chosen))
+    loss = LOSSES.build({"name": "infonce", "similarity": "l2", "tau": 1.0, "negatives": "independent",
+                         "reduction": "logmeanexp"}, key="loss", dim=7).double()
+    got = joint_loss(loss, subsets, chosen, hs, negs)
+    assert abs(float(got) - float(want)) <= 1e-12 * abs(float(want))
+
+
+@pytest.mark.parametrize("similarity", SIMILARITIES)
+@pytest.mark.parametrize("reduction", ["logsumexp", "decoupled_logmeanexp"])
+def test_the_joint_objective_takes_the_loss_s_similarity_temperature_and_reduction(similarity, reduction):
+    """Positive Σ_{i<l} sim(h_i, h_{i+1}) / τ, negatives Σ_i sim(h_i(a), h⁻_i(b)) / τ over M = 6 shared negatives,
+    then the reduction: written out per anchor (cosine: each view's selected coordinates unit-normalised)."""
+    g = torch.Generator().manual_seed(4)
+    hs = [torch.randn(5, 6, generator=g, dtype=torch.float64) for _ in range(3)]
+    negs = [torch.randn(6, 6, generator=g, dtype=torch.float64) for _ in range(3)]
+    subsets = [(0, 1), (0, 1, 2)]
+    chosen = [[torch.tensor([4, 1]), torch.tensor([0, 5])], [torch.tensor([2, 3, 0])] * 3]
+
+    def sim(a, b):
+        if similarity == "cosine":
+            return float(a @ b / (a.norm() * b.norm()))
+        return float(a @ b) if similarity == "dot" else -float(((a - b).abs() ** int(similarity[1])).sum())
+
+    want = 0.0
+    for subset, cols in zip(subsets, chosen):
+        for a in range(5):
+            pos = sum(sim(hs[v][a, c], hs[w][a, d]) for (v, c), (w, d) in
+                      zip(zip(subset, cols), zip(subset[1:], cols[1:]))) / 0.5
+            neg = [sum(sim(hs[v][a, c], negs[v][b, c]) for v, c in zip(subset, cols)) / 0.5 for b in range(6)]
+            if reduction == "logsumexp":
+                want += (-pos + math.log(math.exp(pos) + sum(math.exp(n) for n in neg))) / 5
+            else:
+                want += (-pos + math.log(sum(math.exp(n) for n in neg) / 6)) / 5
+    loss = LOSSES.build({"name": "infonce", "similarity": similarity, "tau": 0.5, "negatives": "independent",
+                         "reduction": reduction}, key="loss", dim=6).double()
+    assert float(joint_loss(loss, subsets, chosen, hs, negs)) == pytest.approx(want, rel=1e-12)
+
+
+def test_the_pairs_objective_is_the_mean_of_the_pair_losses_unchanged():
+    """``objective: pairs`` steps with subset_loss (the tests above) on the coordinates of the same noise; the
+    default ``joint`` with joint_loss."""
+    g = torch.Generator().manual_seed(5)
+    hs = [torch.randn(8, 5, generator=g, dtype=torch.float64) for _ in range(4)]
+    negs = [torch.randn(8, 5, generator=g, dtype=torch.float64) for _ in range(4)]
+    loss = LOSSES.build({"name": "infonce", "similarity": "l2", "tau": 1.0, "negatives": "independent",
+                         "reduction": "logmeanexp"}, key="loss", dim=5).double()
+    for objective, function in (("pairs", subset_loss), ("joint", joint_loss), (None, joint_loss)):
+        views = partial(views={"name": "subsets", "latents": PAPER_VIEWS, "contrast": "all", "selection": "gumbel",
+                               **({"objective": objective} if objective else {})}, mixing="identity").views
+        selection = Selection(views, 5)
+        got = selection.objective(loss, hs, negs, torch.Generator().manual_seed(6))
+        noise = selection.noise(torch.Generator().manual_seed(6), hs[0])
+        assert torch.equal(got, function(loss, selection.subsets, selection.coordinates(hs, noise), hs, negs))
 
 
 @pytest.mark.parametrize("similarity", SIMILARITIES)
@@ -177,6 +262,13 @@ def test_runs_resume_exactly(tmp_path, selection, width):
     ({"dgp.views.selection": "concat"}, "encoder.output_dim=5 is invalid: concat selection of 11"),
     ({"loss": {"name": "nwj", "similarity": "l2", "negatives": "independent"}},
      "loss.name='nwj' is invalid: the objective over contrasted subsets"),
+    ({"dgp.views.objective": "both"}, "dgp.views.objective='both' is invalid: allowed: 'joint', 'pairs'"),
+    ({"dgp.views": {"name": "subsets", "latents": PAPER_VIEWS, "objective": "pairs"}},
+     "dgp.views.objective='pairs' is invalid: contrasts the views of contrasted subsets: set contrast too"),
+    ({"loss.negatives": "symmetric", "dgp.negatives.name": "none"}, "loss.negatives='symmetric' is invalid: the "
+     "joint objective over contrasted subsets of views (dgp.views.objective) contrasts each anchor with fresh "
+     "samples seen by every view of the subset: use independent (with a dgp.negatives sampler), or "
+     "dgp.views.objective: pairs"),
 ])
 def test_bad_input_is_one_line_naming_the_key(extra, message):
     base = {k: v for k, v in YAO.items() if not ("loss" in extra and k.startswith("loss."))}
@@ -193,6 +285,8 @@ def test_bad_input_is_one_line_naming_the_key(extra, message):
     ({"loss": {"name": "nwj", "similarity": "l2", "negatives": "independent"}},
      "loss.name='nwj' is invalid: the objective over contrasted subsets of views (dgp.views.contrast) applies "
      "InfoNCE to each subset's selected coordinates: use infonce"),
+    ({"loss.negatives": "first_view", "dgp.negatives.name": "none"}, "loss.negatives='first_view' is invalid: the "
+     "joint objective over contrasted subsets of views (dgp.views.objective)"),
 ])
 def test_icl_config_refuses_what_the_objective_over_subsets_cannot_run(extra, line, capsys, tmp_path, monkeypatch):
     """The refusals come from the check every planned run goes through (``icl config``, ``icl sweep check``,
@@ -227,11 +321,13 @@ def test_icl_train_records_and_prints_every_shared_block_beside_the_identity_bas
     assert "linear R² [shared_1_2]" in printed and "R² of each block" in printed
 
 
+@pytest.mark.parametrize("objective", ["joint", "pairs"])
 @pytest.mark.parametrize("selection, width", [("ground_truth", 5), ("gumbel", 5), ("concat", 12), (None, 5)])
-def test_a_steady_state_step_makes_no_host_synchronisation_and_no_upload(selection, width, monkeypatch):
-    """Each selection, and the views' pair loss without contrasted subsets (None)."""
+def test_a_steady_state_step_makes_no_host_synchronisation_and_no_upload(selection, width, objective, monkeypatch):
+    """Each selection and objective, and the views' pair loss without contrasted subsets (None)."""
     monkeypatch.setenv("ICL_KERNELS", "eager")
-    views = {"name": "subsets", "latents": PAPER_VIEWS, **({"contrast": "all", "selection": selection} if selection else {})}
+    contrast = {"contrast": "all", "selection": selection, "objective": objective} if selection else {}
+    views = {"name": "subsets", "latents": PAPER_VIEWS, **contrast}
     c = build(yao_config(**{"dgp.views": views, "encoder.output_dim": width}))
     for _ in range(3):
         c.step()

@@ -5,14 +5,27 @@ Yao, Xu, Lachapelle, Magliacane, Taslakian, Martius, von Kügelgen & Locatello (
 Representation Learning with Partial Observability"; code CausalLearningAI/multiview-crl, ``main_numerical.py``). A
 process's views (``dgp.views.contrast``) name the contrasted subsets C; subset s shares the latents I_s = ∩_{v∈s}
 S_v (k_s of them). Each view v ∈ s selects k_s coordinates c_{s,v} of its encoding h_v (B, d) (:class:`Selection`),
-and the objective is
+and the objective (``dgp.views.objective``) is, with h_{s,v} = h_v[:, c_{s,v}] and h⁻_{s,v} its negatives',
 
-    L = (1/|C|) Σ_{s∈C} pair_loss(loss, [h_v[:, c_{s,v}] : v ∈ s], [h⁻_v[..., c_{s,v}] : v ∈ s]),
+- ``joint`` (the default; the code's ``UnifiedCLLoss`` over ``LpSimCLRLoss``): the sum over the subsets of InfoNCE
+  on the subset's views taken together (:func:`joint_loss`),
 
-the mean over the subsets of the mean over the subset's ordered pairs of views
-(:func:`identifiable_cl.solvers.views.pair_loss`). The loss is InfoNCE, with any similarity, negative set and
-reduction: it receives the selected coordinates followed by d - k_s zero columns, which change no similarity
-(cosine, dot, l1, l2, l3), so it is the loss of the selected coordinates, with one temperature for every subset.
+      L = Σ_{s∈C} mean_a ℓ(a),   ℓ(a) = −pos(a) + log Σ_{c ∈ {pos(a)} ∪ {neg(a, b)}_b} exp c  (logsumexp),
+      pos(a) = Σ_{i=1}^{l−1} sim(h_{s,v_i}(a), h_{s,v_{i+1}}(a)) / τ,
+      neg(a, b) = Σ_{i=1}^{l} sim(h_{s,v_i}(a), h⁻_{s,v_i}(b)) / τ,
+
+  v_1 < ... < v_l the views of s, and the loss's reduction in place of the logsumexp: the positive runs along
+  consecutive views, each negative is a fresh sample seen by every view of s. With the code's critic (``l2``:
+  −‖·‖², τ = 1, ``logmeanexp`` over the B fresh negatives and the positive) each term is ``LpSimCLRLoss`` with
+  p = 2, α = ½ exactly;
+- ``pairs``: the mean over the subsets of the mean over the subset's ordered pairs of views
+  (:func:`identifiable_cl.solvers.views.pair_loss`),
+
+      L = (1/|C|) Σ_{s∈C} pair_loss(loss, [h_v[:, c_{s,v}] : v ∈ s], [h⁻_v[..., c_{s,v}] : v ∈ s]),
+
+  the loss with any similarity, negative set and reduction: it receives the selected coordinates followed by
+  d - k_s zero columns, which change no similarity (cosine, dot, l1, l2, l3), so it is the loss of the selected
+  coordinates, with one temperature for every subset.
 
 Selections (``dgp.views.selection``), r-th selected coordinate of each view against the r-th of the others:
 
@@ -22,13 +35,15 @@ Selections (``dgp.views.selection``), r-th selected coordinate of each view agai
   g_{s,v} ~ Gumbel(0, 1)^d drawn for every pair (s, v) at every step from the run's stream ``train.selection``
   (saved in each checkpoint): the code's ``infer_content_indices_gumbel_softmax``, whose indices are the top k of
   its relaxed k-hot (iterated softmax), the same coordinates (a test checks it). At evaluation the selection's
-  mode: the k_s largest entries of m_v;
+  mode, the k_s largest entries of m_v, and, as the code evaluates, fresh noise for each draw
+  (:mod:`identifiable_cl.evaluation.views`);
 - ``concat``: range(d) split into |C| runs of consecutive coordinates (the first d mod |C| one longer, as
   ``np.array_split``), run i for subset i in each of its views (the code's ``concat`` mode).
 
-Differences from the official code: a subset's term is the pair loss over its views, where the code's
-``LpSimCLRLoss`` puts Σ_i ‖h_i − h_{i+1}‖² over consecutive views of the subset against negatives whose
-distances are summed over the views; the subsets' terms are averaged (the code sums them: the same direction).
+Differences from the official code: under ``joint`` none in the objective's value (its loss also reports the
+positive and negative halves, which are not logged here); the code draws the Gumbel noise from torch's global
+generator, here from the run's own stream. ``pairs`` contrasts every ordered pair of a subset's views with the
+loss's own negative set and averages the subsets (the code sums them: the same direction).
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ from torch import Tensor, nn
 import dgp
 from dgp import checks
 from dgp.seeding import stream_seed
+from identifiable_cl.losses.base import infonce_row, normalise, paired_similarity, pairwise_similarity
 from identifiable_cl.losses.infonce import InfoNCE
 from identifiable_cl.solvers.views import ViewSolver, pair_loss
 
@@ -58,6 +74,7 @@ class Selection:
 
     def __init__(self, views: Any, width: int):
         self.mode = views.selection
+        self.joint = views.objective == "joint"
         self.subsets = [s for s, _ in views.contrasted]
         self.sizes = [len(shared) for _, shared in views.contrasted]
         self.pairs = [(i, v) for i, s in enumerate(self.subsets) for v in s]
@@ -97,7 +114,8 @@ class Selection:
         """Per subset, per view of it (in order), the coordinates c_{s,v} (k_s,) on ``hs[0]``'s device.
 
         ``hs``: each view's encodings (N, width), read by ``gumbel`` only (their means); ``noise``: its Gumbel
-        noise (:meth:`noise`), None for the noise-free mode (evaluation)."""
+        noise (:meth:`noise`), None for the noise-free mode (evaluation); noise wider than a view's encoding (the
+        evaluation of views of several widths) is read on that view's first columns."""
         device = hs[0].device
         if self.mode != "gumbel":
             if device not in self._fixed_on:  # uploaded once per device, so that a step uploads nothing
@@ -106,16 +124,16 @@ class Selection:
         means = {v: hs[v].detach().mean(0) for _, v in self.pairs}
         out: list[list[Tensor]] = [[] for _ in self.subsets]
         for row, (i, v) in enumerate(self.pairs):
-            scores = means[v] if noise is None else means[v] + noise[row]
+            scores = means[v] if noise is None else means[v] + noise[row, : means[v].shape[0]]
             out[i].append(torch.topk(scores, self.sizes[i]).indices.sort().values)
         return out
 
-
     def objective(self, loss: nn.Module, hs: Sequence[Tensor], negs: Sequence[Tensor | None],
                   generator: torch.Generator) -> Tensor:
-        """:func:`subset_loss` of ``loss`` on the coordinates this selection picks in ``hs`` (with Gumbel noise from
-        ``generator`` for ``gumbel``): the step's objective."""
-        return subset_loss(loss, self.subsets, self.coordinates(hs, self.noise(generator, hs[0])), hs, negs)
+        """:func:`joint_loss` (objective ``joint``) or :func:`subset_loss` (``pairs``) of ``loss`` on the coordinates
+        this selection picks in ``hs`` (with Gumbel noise from ``generator`` for ``gumbel``): the step's objective."""
+        objective = joint_loss if self.joint else subset_loss
+        return objective(loss, self.subsets, self.coordinates(hs, self.noise(generator, hs[0])), hs, negs)
 
 
 def selected(h: Tensor, coordinates: Tensor) -> Tensor:
@@ -137,22 +155,54 @@ def subset_loss(loss: nn.Module, subsets: Sequence[Sequence[int]], coordinates: 
     return torch.stack(terms).mean()
 
 
+def joint_loss(loss: nn.Module, subsets: Sequence[Sequence[int]], coordinates: Sequence[Sequence[Tensor]],
+               hs: Sequence[Tensor], negs: Sequence[Tensor | None]) -> Tensor:
+    """L = Σ_s mean_a ℓ_s(a), InfoNCE ``loss`` (its similarity, τ and reduction) on the views of each subset s
+    together (module docstring): pos(a) = Σ_{i<l} sim(h_{s,v_i}(a), h_{s,v_{i+1}}(a)) / τ (B,) and neg(a, b) =
+    Σ_{i≤l} sim(h_{s,v_i}(a), h⁻_{s,v_i}(b)) / τ, (B, M) for shared negatives ``negs[v]`` (M, d) or (B, K) for
+    per-anchor ones (B, K, d). ``hs`` (B, d) per view, ``coordinates`` per subset per view of it
+    (:meth:`Selection.coordinates`). The sums over views are one similarity of the views' selected coordinates
+    side by side (each view's unit-normalised first for cosine), which every similarity adds up that way."""
+    kind = "dot" if loss.similarity == "cosine" else loss.similarity
+    scale = 1.0 / loss.temperature.value()
+    terms = []
+    for subset, chosen in zip(subsets, coordinates):
+        picked = [hs[v].index_select(-1, c) for v, c in zip(subset, chosen)]
+        picked_neg = [negs[v].index_select(-1, c) for v, c in zip(subset, chosen)]
+        if loss.similarity == "cosine":
+            picked, picked_neg = list(normalise(*picked)), list(normalise(*picked_neg))
+        h, h_neg = torch.cat(picked, -1), torch.cat(picked_neg, -1)
+        pos = paired_similarity(torch.cat(picked[:-1], -1), torch.cat(picked[1:], -1), kind) * scale
+        if h_neg.dim() == 2:
+            neg = pairwise_similarity(h, h_neg, kind) * scale
+        else:
+            neg = pairwise_similarity(h.unsqueeze(1), h_neg, kind).squeeze(1) * scale
+        lse = torch.logsumexp(neg, 1, keepdim=True)
+        terms.append(infonce_row(pos, lse, scale, neg.shape[1], loss.reduction).mean())
+    return torch.stack(terms).sum()
+
+
 def check_subsets(config: Mapping[str, Any], process: dgp.Process, encoder: nn.Module, loss: nn.Module) -> Selection:
     """The rules of the objective over contrasted subsets of views, each a one-line ValueError naming its key: the
-    loss is InfoNCE (``loss.name``), and ``encoder.output_dim`` fits the selection (:meth:`Selection.required`).
+    loss is InfoNCE (``loss.name``), with the ``joint`` objective on the independent negatives (``loss.negatives``),
+    and ``encoder.output_dim`` fits the selection (:meth:`Selection.required`).
     Returns the run's :class:`Selection`. :func:`identifiable_cl.components.check` applies it to every planned run,
     before anything is written."""
     if not isinstance(loss, InfoNCE):
         checks.fail("loss.name", config["loss"]["name"], "the objective over contrasted subsets of views "
                     "(dgp.views.contrast) applies InfoNCE to each subset's selected coordinates: use infonce")
+    if process.views.objective == "joint" and loss.negatives != "independent":
+        checks.fail("loss.negatives", loss.negatives, "the joint objective over contrasted subsets of views "
+                    "(dgp.views.objective) contrasts each anchor with fresh samples seen by every view of the subset: "
+                    "use independent (with a dgp.negatives sampler), or dgp.views.objective: pairs")
     return Selection(process.views, encoder.output_dim)
 
 
 class SubsetSolver(ViewSolver):
-    """:class:`ViewSolver` whose loss is :func:`subset_loss` over the process's contrasted subsets of views
-    (``dgp.views.contrast``), on the coordinates its :class:`Selection` picks (:func:`check_subsets`, which the
-    run's check has applied already); ``selections``: the generator of the Gumbel noise (stream
-    :data:`SELECTION_STREAM`), saved with the run's other generators."""
+    """:class:`ViewSolver` whose loss is :func:`joint_loss` or :func:`subset_loss` (``dgp.views.objective``) over the
+    process's contrasted subsets of views (``dgp.views.contrast``), on the coordinates its :class:`Selection` picks
+    (:func:`check_subsets`, which the run's check has applied already); ``selections``: the generator of the Gumbel
+    noise (stream :data:`SELECTION_STREAM`), saved with the run's other generators."""
 
     def __init__(self, config: dict[str, Any], device: torch.device, process: dgp.Process, encoder: nn.Module,
                  loss: nn.Module, optimizer: torch.optim.Optimizer, batches: torch.Generator):

@@ -1,10 +1,12 @@
 """Every contrasted subset's shared block scored from each of its views' selected coordinates (Yao et al. 2024),
 on cases whose R² is known in closed form."""
 
+import math
+
 import pytest
 import torch
 
-from identifiable_cl.evaluation.views import evaluate_views, shared_block_metrics
+from identifiable_cl.evaluation.views import GUMBEL_STD, evaluate_views, shared_block_metrics, shared_block_summary
 from tests.dgp.test_partial import PAPER_VIEWS, partial
 
 
@@ -98,3 +100,39 @@ def test_the_summary_over_subsets_is_the_least_shared_and_the_largest_unshared_s
     options = {"n_fit": 200, "n_test": 200, "nonlinear": False, "rotation_reference": False}
     scored = evaluate_views([lambda x: x] * 4, process, process.make_generator(3), **options)
     assert scored["r2_linear_shared_min"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_the_gumbel_selection_is_also_scored_over_draws_of_its_noise():
+    """Identity mixings, encoders x + shift: shifts 10 apart (≫ the noise's π/√6) make every draw pick the mode's
+    coordinates, so each drawn score is the mode's, the agreement 1 and the gap the shifts' own; without a shift
+    the means are all near 0 and the draws disagree with the mode. The mode's scores stay those of D = 0."""
+    process = paper("gumbel")
+    shift = torch.tensor([40.0, 30.0, 20.0, 10.0, 0.0])
+    options = {"n_fit": 400, "n_test": 400, "nonlinear": False}
+    mode = shared_block_metrics([lambda x: x + shift] * 4, process, process.make_generator(0), **options)
+    out = shared_block_metrics([lambda x: x + shift] * 4, process, process.make_generator(0), gumbel_draws=3, **options)
+    assert {k: v for k, v in out.items() if not k.endswith("_drawn") and not k.startswith("gumbel_")} == mode
+    assert {k: v for k, v in out.items() if k.endswith("_drawn")} == pytest.approx({k + "_drawn": v for k, v in
+                                                                                    mode.items()}, rel=1e-12)
+    assert out["gumbel_mode_agreement"] == 1.0
+    # k = 2, 3, 4: the mean of the top k shifts less that of the rest is 35 − 10 = 30 − 5 = 25 − 0 = 25
+    assert out["gumbel_mean_gap"] == pytest.approx(25 / GUMBEL_STD, abs=0.1)
+    assert GUMBEL_STD == pytest.approx(math.pi / 6**0.5)
+    summary = shared_block_summary(out)
+    assert summary["r2_linear_shared_min_drawn"] == pytest.approx(summary["r2_linear_shared_min"], rel=1e-12)
+    assert set(summary) == {f"r2_linear_{part}{suffix}" for part in ("shared_min", "shared_mean", "unshared_max",
+                                                                      "unshared_mean") for suffix in ("", "_drawn")}
+    plain = shared_block_metrics([lambda x: x] * 4, process, process.make_generator(0), gumbel_draws=8, **options)
+    assert plain["gumbel_mode_agreement"] < 0.9 and abs(plain["gumbel_mean_gap"]) < 0.1
+    assert not any(k.endswith("_drawn") or k.startswith("gumbel_") for k in
+                   shared_block_metrics([lambda x: x] * 4, paper(), process.make_generator(0), gumbel_draws=3,
+                                        **options))
+
+
+def test_evaluate_views_draws_the_noise_only_when_asked():
+    process = paper("gumbel")
+    options = {"n_fit": 200, "n_test": 200, "nonlinear": False, "rotation_reference": False}
+    assert not any(k.endswith("_drawn") for k in evaluate_views([lambda x: x] * 4, process, process.make_generator(3),
+                                                                **options))
+    drawn = evaluate_views([lambda x: x] * 4, process, process.make_generator(3), gumbel_draws=2, **options)
+    assert "view4_r2_linear_shared_1_2_3_4_drawn" in drawn and "r2_linear_shared_min_drawn" in drawn

@@ -21,6 +21,11 @@ Version 2 → 3: the process drew with the first version of its rejection sample
 config records it so that the run resumes with the draws it began with. ``dgp.pt`` needs no change: a
 saved process without the entry drew with version 1 (:func:`dgp.process.saved_config`), and version 1 is
 left out of its fingerprint.
+
+Version 3 → 4: two objectives changed their default, which runs saved before trained without: ``gcl`` gained its
+learnt term of x alone (``loss.x_term``, null before), and the objective over contrasted subsets of views became
+the paper's joint form (``dgp.views.objective``, ``pairs`` before). The config records the earlier value where the
+run used that loss or contrasted subsets, so that it resumes with the objective it began with.
 """
 
 from __future__ import annotations
@@ -70,7 +75,17 @@ def _from_2(config: dict[str, Any], saved: dict[str, Any]) -> Saved:
     return config, saved
 
 
-STEPS: dict[int, Callable[[dict[str, Any], dict[str, Any]], Saved]] = {1: _from_1, 2: _from_2}
+def _from_3(config: dict[str, Any], saved: dict[str, Any]) -> Saved:
+    loss = config.get("loss")
+    if isinstance(loss, dict) and loss.get("name") == "gcl":
+        loss.setdefault("x_term", None)
+    views = (config.get("dgp") or {}).get("views")
+    if isinstance(views, dict) and views.get("contrast") is not None:
+        views.setdefault("objective", "pairs")
+    return config, saved
+
+
+STEPS: dict[int, Callable[[dict[str, Any], dict[str, Any]], Saved]] = {1: _from_1, 2: _from_2, 3: _from_3}
 """``STEPS[v]`` upgrades version v to v + 1."""
 
 

@@ -41,7 +41,7 @@ from dgp.files import load_tensors
 from identifiable_cl.yamlfiles import dump, read_yaml_mapping
 from identifiable_cl.stops import signals_held
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version of the files this code writes in a run folder (``meta.json``'s ``schema_version``;
 :mod:`identifiable_cl.migration` reads the earlier ones)."""
 CONFIG, META, DGP, CHECKPOINT = "config.yaml", "meta.json", "dgp.pt", "checkpoint.pt"

@@ -135,3 +135,27 @@ def test_a_version_2_run_resumes_with_the_draws_of_the_earlier_sampler(tmp_path,
 def test_new_runs_draw_with_the_latest_sampler(run):
     assert rundir.read_config(run)["dgp"]["sampler"] == DEFAULTS["dgp"]["sampler"] == 2
     assert dgp.load_process(rundir.load_torch(run / rundir.DGP)).sampler == 2
+
+
+SEGMENTS = {"dgp.space.name": "euclidean", "dgp.marginal.name": "segments", "dgp.marginal.segments": 4,
+            "dgp.conditional.name": "same_segment", "dgp.negatives.name": "none", "encoder.normalize": "none",
+            "loss.name": "gcl", "loss.basis": ["abs"]}
+
+
+def test_a_version_3_gcl_run_resumes_without_the_term_of_x_alone(tmp_path, monkeypatch):
+    """GCL runs saved before version 4 had no term of x alone: they resume with x_term null, and new ones get it."""
+    import identifiable_cl.training as training
+
+    monkeypatch.setattr(training, "draw_figures_if_possible", lambda run_dir: {})
+    config = tiny_config(**{"train.steps": 10, "train.checkpoint_every": 10, **SEGMENTS, "loss.x_term": None})
+    Trainer.create(config, tmp_path / "run", progress=False).run()
+    meta = rundir.read_json(tmp_path / "run" / rundir.META)
+    (tmp_path / "run" / rundir.META).write_text(json.dumps({**meta, "schema_version": 3}))
+    written = yaml.safe_load((tmp_path / "run" / rundir.CONFIG).read_text())
+    del written["loss"]["x_term"]
+    (tmp_path / "run" / rundir.CONFIG).write_text(yaml.safe_dump(written, sort_keys=False))
+    c = load_run(tmp_path / "run")
+    assert c.config["loss"]["x_term"] is None and c.loss.x_term is None
+    summary = Trainer.resume(tmp_path / "run", {"train.steps": 20}, progress=False).run()
+    assert summary["steps"] == 20
+    assert yaml.safe_load((tmp_path / "run" / rundir.CONFIG).read_text())["loss"]["x_term"] is None

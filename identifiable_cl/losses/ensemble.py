@@ -22,7 +22,8 @@ def projection_head(dim: int, widths: Sequence[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def _head_widths(key: str, head: Any) -> list[int] | None:
+def head_widths(key: str, head: Any) -> list[int] | None:
+    """``head`` checked as null (None) or a non-empty list of layer widths >= 1, errors naming ``key``."""
     if head is None:
         return None
     if isinstance(head, (str, bytes)) or not isinstance(head, Sequence) or not head:
@@ -68,7 +69,7 @@ class Ensemble(ContrastiveLoss):
                 checks.fail(member_key, spec, "expected a mapping with a 'name' entry")
             options = dict(spec)
             self.weights.append(checks.non_negative(f"{member_key}.weight", options.pop("weight", 1.0)))
-            widths = _head_widths(f"{member_key}.head", options.pop("head", None))
+            widths = head_widths(f"{member_key}.head", options.pop("head", None))
             self.heads.append(nn.Identity() if widths is None else projection_head(self.dim, widths))
             member = LOSSES.build(options, key=member_key, dim=self.dim if widths is None else widths[-1])
             if not isinstance(member, ContrastiveLoss):

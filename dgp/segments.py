@@ -7,8 +7,10 @@ A segment u is drawn uniformly from 0..S-1; given it, the coordinates of z are i
 
 ``laplace`` (density ∝ exp(-√2 |ε|), TCL's) or ``normal``. The modulation is drawn once, at construction, from
 the process's ``dgp.marginal`` stream: σ_{u,i} ~ U(σ_low, σ_high] and μ_{u,i} ~ U[-m, m] for every segment and
-coordinate (TCL's official code draws σ ~ U[0, 1] with μ = 0: the defaults; iVAE's and icebeem's draw variances
-U[0.5, 3] and, uncentred, means U[-5, 5]). With σ_low = σ_high every σ_{u,i} is σ_high, so with m = 0 every segment
+coordinate (TCL's official code draws σ ~ U[0, 1] with μ = 0: the defaults). Others modulate otherwise: iVAE's
+data (ilkhem/iVAE, ``var_bounds`` [0.5, 3]) scales the sources by U[0.5, 3] per segment and coordinate, and
+icebeem's ``gen_TCL_data_ortho`` (ilkhem/icebeem) draws scales U(0.01, 3) and, with ``varyMean``, means U(-3, 3)
+(here std_low 0.01, std_high 3, location 3, up to the open and closed ends of the intervals). With σ_low = σ_high every σ_{u,i} is σ_high, so with m = 0 every segment
 has the same law: stationary sources, independent of u (the case TCL's and GCL's theorems exclude). So log p(z | u) = Σ_i log p_ε((z_i - μ_{u,i}) / σ_{u,i}) - log σ_{u,i}:
 the sources are conditionally independent given u, with a density of u that is an exponential family of order 1
 (Laplace, μ = 0: the statistic |z_i|), or 2 (normal: z_i and z_i²) in each coordinate.

@@ -43,16 +43,3 @@ def test_the_failure_run_draws_stationary_sources_and_only_gcl_runs_are_claimed(
     assert all(experiment.config(run.label, "smoke")["eval"]["mcc_ica_abs_pearson"] is True  # the claims' metric is on
                for run in experiment.runs)
 
-
-def test_every_depth_has_a_run_on_a_quarter_of_the_steps_and_a_data_claim_on_it():
-    """The claim that recovery improves with data compares each depth's run with the same configuration trained
-    for a quarter of the steps (fresh samples every step: a quarter of the data), at every scale."""
-    experiment = load_experiment("hyvarinen2019")
-    for scale in ("smoke", "medium", "paper"):
-        for layers in (1, 2, 3, 4):
-            full = experiment.config(f"gcl_L{layers}", scale, seed=2)
-            short = experiment.config(f"gcl_L{layers}_short", scale, seed=2)
-            assert 4 * short["train"].pop("steps") == full["train"].pop("steps")
-            assert short == full
-    data = {(c.left.run, c.right.run) for c in experiment.claims if c.right.run}
-    assert {(f"gcl_L{n}", f"gcl_L{n}_short") for n in (1, 2, 3, 4)} <= data

@@ -24,10 +24,13 @@ class PCL(ContrastiveLoss):
 
         r(y₁, y₂) = -Σᵢ |w₁ᵢ hᵢ(y₁) + w₂ᵢ hᵢ(y₂) + bᵢ| + Σᵢ aᵢ hᵢ(y₁)² + m,
 
-    w₁, w₂, b, a in R^d and m in R learnt, started at w₁ = 1, w₂ = -1, b = 0, a = 1, m = 0: the official PyTorch
-    port's values (simonbing/CRLSanityCheck ``crc/baselines/PCL``; its a is one scalar shared by the coordinates,
-    its comment gives b = 0 where its code leaves PyTorch's random default, and it batch-normalises h before
-    scoring, which is not done here: the encoder's outputs are scored as they are).
+    w₁, w₂, b, a in R^d and m in R learnt, started at w₁ = 1, w₂ = -1, b = 0, a = 1, m = 0: the official code's
+    values (hmorioka/PCL, ``pcl/pcl.py``, and its port simonbing/CRLSanityCheck ``crc/baselines/PCL``; there a is
+    one scalar shared by the coordinates, and the port's comment gives b = 0 where its code leaves PyTorch's random
+    default). Two steps of theirs are not done here: they batch-normalise h before scoring (the encoder's outputs
+    are scored as they are), and clamp a to a >= 0 after every optimiser step (a is left free here: a projection
+    after the step belongs to the trainer, not the loss, and with a < 0 the score is still a logistic regression
+    of the same pairs).
 
     A batch's (z, z+) is (s_{t-1}, s_t) (the ``ar1`` process), so y₁ = x_t is the positive and y₂ = x_{t-1}
     the anchor: real pairs are (h+_i, h_i), i = 1..B, for h, h+ ``(B, d)``. The a-term acts on the current

@@ -8,11 +8,11 @@ import yaml
 
 import dgp
 from identifiable_cl import rundir
-from identifiable_cl.components import load_run
+from identifiable_cl.components import assemble, load_run, resolve
 from identifiable_cl.config import DEFAULTS
 from identifiable_cl.migration import SCHEMA_VERSION, migrate, schema_version
 from identifiable_cl.training import Trainer
-from tests.tiny import tiny_config
+from tests.tiny import TINY, tiny_config
 
 
 @pytest.fixture
@@ -137,25 +137,42 @@ def test_new_runs_draw_with_the_latest_sampler(run):
     assert dgp.load_process(rundir.load_torch(run / rundir.DGP)).sampler == 2
 
 
+
 SEGMENTS = {"dgp.space.name": "euclidean", "dgp.marginal.name": "segments", "dgp.marginal.segments": 4,
             "dgp.conditional.name": "same_segment", "dgp.negatives.name": "none", "encoder.normalize": "none",
             "loss.name": "gcl", "loss.basis": ["abs"]}
+CONTRASTED = {"dgp.dim": 6, "dgp.space.name": "euclidean", "dgp.marginal.name": "gaussian_blocks",
+              "dgp.conditional.name": "keep", "dgp.negatives.name": "marginal", "encoder.output_dim": 5,
+              "dgp.views": {"name": "subsets", "latents": [["z0", "z1", "z2"], ["z0", "z1", "z3"]], "contrast": "all"},
+              "loss.similarity": "l2", "loss.negatives": "independent", "loss.reduction": "logmeanexp"}
 
 
-def test_a_version_3_gcl_run_resumes_without_the_term_of_x_alone(tmp_path, monkeypatch):
-    """GCL runs saved before version 4 had no term of x alone: they resume with x_term null, and new ones get it."""
+@pytest.mark.parametrize("extra, section, option, before, solver_reads", [
+    (SEGMENTS, "loss", "x_term", None, lambda c: c.loss.x_term is None),
+    (CONTRASTED, "dgp.views", "objective", "pairs", lambda c: not c.selection.joint),
+])
+def test_a_version_3_run_resumes_with_the_objective_it_began_with(tmp_path, monkeypatch, extra, section, option,
+                                                                   before, solver_reads):
+    """Version 4 changed two objectives' defaults (gcl's term of x alone, the joint objective over contrasted
+    subsets): a run saved before resumes with the earlier value, written into its config."""
     import identifiable_cl.training as training
 
     monkeypatch.setattr(training, "draw_figures_if_possible", lambda run_dir: {})
-    config = tiny_config(**{"train.steps": 10, "train.checkpoint_every": 10, **SEGMENTS, "loss.x_term": None})
+    config = tiny_config(**{"train.steps": 10, "train.checkpoint_every": 10, **extra, f"{section}.{option}": before})
     Trainer.create(config, tmp_path / "run", progress=False).run()
     meta = rundir.read_json(tmp_path / "run" / rundir.META)
     (tmp_path / "run" / rundir.META).write_text(json.dumps({**meta, "schema_version": 3}))
+
+    def node(tree):
+        for part in section.split("."):
+            tree = tree[part]
+        return tree
+
     written = yaml.safe_load((tmp_path / "run" / rundir.CONFIG).read_text())
-    del written["loss"]["x_term"]
+    del node(written)[option]
     (tmp_path / "run" / rundir.CONFIG).write_text(yaml.safe_dump(written, sort_keys=False))
+    assert not solver_reads(assemble(resolve(None, {**TINY, **extra})))  # today's default is another
     c = load_run(tmp_path / "run")
-    assert c.config["loss"]["x_term"] is None and c.loss.x_term is None
-    summary = Trainer.resume(tmp_path / "run", {"train.steps": 20}, progress=False).run()
-    assert summary["steps"] == 20
-    assert yaml.safe_load((tmp_path / "run" / rundir.CONFIG).read_text())["loss"]["x_term"] is None
+    assert node(c.config)[option] == before and solver_reads(c)
+    assert Trainer.resume(tmp_path / "run", {"train.steps": 20}, progress=False).run()["steps"] == 20
+    assert node(yaml.safe_load((tmp_path / "run" / rundir.CONFIG).read_text()))[option] == before

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from identifiable_cl import rundir
 from identifiable_cl.cli import main
@@ -165,3 +166,24 @@ def test_sweep_runs_in_packs_with_a_status_each(tmp_path):
     assert not (tmp_path / "other").exists()
     rerun = run_sweep(load_sweep(path), tmp_path / "out", pack=3, echo=lambda line: None)
     assert [o.state for o in rerun].count("skipped") == 2
+
+
+def test_a_pack_whose_runs_end_apart_follows_each_run_alone_to_its_last_step(tmp_path, monkeypatch):
+    """Runs of 10, 20 and 40 steps in one pack, batched while two or more run (as on a GPU) and the last left
+    alone: each run's losses, Adam step count and weights are its stand-alone run's (float64)."""
+    import identifiable_cl.solvers.packed as packed
+
+    monkeypatch.setattr(packed, "batched_by_default", lambda cs: len(cs) > 1)
+    cfgs = [{**c, "train": {**c["train"], "steps": steps, "checkpoint_every": steps}}
+            for c, steps in zip(configs({}, seeds=(0, 1, 2)), (10, 20, 40))]
+    for i, c in enumerate(cfgs):
+        Trainer.create(c, tmp_path / f"alone{i}", progress=False).run()
+    run_packed([Trainer.create(c, tmp_path / f"packed{i}", progress=False) for i, c in enumerate(cfgs)])
+    for i, steps in enumerate((10, 20, 40)):
+        assert losses(tmp_path / f"packed{i}") == pytest.approx(losses(tmp_path / f"alone{i}"), rel=1e-6)
+        want = rundir.load_torch(tmp_path / f"alone{i}" / rundir.CHECKPOINT)
+        got = rundir.load_torch(tmp_path / f"packed{i}" / rundir.CHECKPOINT)
+        counts = {float(s["step"]) for s in got["optimizer"]["state"].values()}
+        assert counts == {float(s["step"]) for s in want["optimizer"]["state"].values()} == {float(steps)}
+        for name, weight in want["encoder"].items():
+            assert torch.allclose(got["encoder"][name], weight, rtol=1e-6, atol=1e-9), name

@@ -239,8 +239,11 @@ class PackStepper:
         self.pack: StackedPack | None = None
 
     def step(self, cs: Sequence[Solver]) -> list[Tensor]:
-        """One training step of every run in ``cs``; their losses, on the device."""
+        """One training step of every run in ``cs``; their losses, on the device. Runs that step in turn hold storage
+        of their own (a pack that stepped them batched is released first: its runs' Adam step counts are views of
+        one per run, which each parameter's own update would count again)."""
         if not (batched_by_default(cs) if self.batched is None else self.batched):
+            self.close()
             return [c.step() for c in cs]
         if self.pack is None or self.pack.solvers != list(cs):
             self.close()

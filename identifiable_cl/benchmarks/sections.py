@@ -14,6 +14,8 @@
   share of step time spent outside the encoder's own forward + backward +
   optimizer step (sampling, mixing, loss, bookkeeping); target under 15 %; and the host synchronisations
   of one step (:func:`host_syncs`: on CUDA those torch reports, on the CPU those the package's code issues).
+- cost: what a steady-state step would make a GPU do, counted on the CPU (kernels launched, bytes moved), part
+  by part against the encoder's own step (:mod:`identifiable_cl.benchmarks.step_cost`).
 - precision: the reference encoder's training step at batch 1000 under
   ``train.precision`` bf16 against fp32 (torch's BLAS), and fp32 through oneDNN
   (``train.matmul``).
@@ -241,7 +243,7 @@ def bench_training(batches: Iterable[int] = (1000, 6144), steps: int = 10, devic
     return rows
 
 
-SECTIONS = ("sampling", "evaluation", "loss", "training", "precision", "packing", "overhead")
+SECTIONS = ("sampling", "evaluation", "loss", "training", "cost", "precision", "packing", "overhead")
 PACKING_CASES: list[tuple[str, str | None, dict[str, Any]]] = [
     ("default config", None, {}),
     ("R24 sphere, reference encoder", "sphere", {
@@ -609,6 +611,10 @@ def run_bench(quick: bool = False, sections: Iterable[str] | None = None, device
     if "training" in sections:
         out["training"] = bench_training(batches=(1000,) if quick else (1000, 6144), steps=3 if quick else 10,
                                          device=on, print_fn=print_fn)
+    if "cost" in sections:
+        from identifiable_cl.benchmarks.step_cost import bench_cost
+
+        out["cost"] = bench_cost(quick=quick, print_fn=print_fn)
     if "precision" in sections:
         out["precision"] = bench_precision(steps=2 if quick else 10, device=on, print_fn=print_fn)
     if "packing" in sections:

@@ -21,7 +21,7 @@ VERBS = {
     "config": "print the resolved, checked config of a run, or every config key (--keys)",
     "evaluate": "re-evaluate a saved run from its saved DGP and checkpoint",
     "plugins": "list every registered component by kind and name, with its origin and options",
-    "bench": "print sampling, evaluation, loss, training, precision, packing and per-run overhead figures",
+    "bench": "print sampling, evaluation, loss, training, step-cost, precision, packing and per-run overhead figures",
     "sweep": "run a W&B sweep file locally or on a cluster",
     "results": "mean ± std over seeds of finished runs, grouped by the swept parameters",
     "plot": "redraw a run's figures (latent recovery, R²/MCC over steps, learned vs true Λ)",

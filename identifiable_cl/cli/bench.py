@@ -1,4 +1,4 @@
-"""``icl bench``: sampling, evaluation, loss, training, precision, packing and per-run overhead figures of this machine."""
+"""``icl bench``: sampling, evaluation, loss, training, step-cost, precision, packing and per-run overhead figures of this machine."""
 
 from __future__ import annotations
 

@@ -68,6 +68,7 @@ BLOCK_ENTRIES = 1 << 20
 
 _KERNELS: contextvars.ContextVar[str | None] = contextvars.ContextVar("icl_kernels", default=None)
 _BLOCK_ROWS: contextvars.ContextVar[int | None] = contextvars.ContextVar("icl_block_rows", default=None)
+_SIZED_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("icl_sized_for", default=None)
 _MEMORY_MIB: contextvars.ContextVar[int] = contextvars.ContextVar("icl_loss_memory", default=LOSS_MEMORY_MIB)
 
 
@@ -80,18 +81,23 @@ def kernels() -> str:
 
 
 @contextlib.contextmanager
-def use_kernels(choice: str | None = None, block_rows: int | None = None) -> Iterator[None]:
-    """Within the block, use ``choice`` kernels and/or exactly ``block_rows`` rows per block."""
+def use_kernels(choice: str | None = None, block_rows: int | None = None,
+                sized_for: str | None = None) -> Iterator[None]:
+    """Within the block, use ``choice`` kernels and/or exactly ``block_rows`` rows per block, and/or size the blocks
+    as :func:`block_rows` does on the device type ``sized_for`` (``cuda``: the memory budget alone, wherever the
+    tensors are; how :mod:`identifiable_cl.benchmarks.step_cost` counts a GPU's step on a CPU)."""
     if choice is not None and choice not in KERNELS:
         raise ValueError(f"kernels={choice!r} is invalid: allowed: {', '.join(KERNELS)}")
     if block_rows is not None and (isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1):
         raise ValueError(f"block_rows={block_rows!r} is invalid: expected a positive integer")
-    kernels_token, rows_token = _KERNELS.set(choice), _BLOCK_ROWS.set(block_rows)
+    if sized_for is not None and sized_for not in ("cpu", "cuda"):
+        raise ValueError(f"sized_for={sized_for!r} is invalid: allowed: cpu, cuda")
+    tokens = _KERNELS.set(choice), _BLOCK_ROWS.set(block_rows), _SIZED_FOR.set(sized_for)
     try:
         yield
     finally:
-        _KERNELS.reset(kernels_token)
-        _BLOCK_ROWS.reset(rows_token)
+        for variable, token in zip((_KERNELS, _BLOCK_ROWS, _SIZED_FOR), tokens):
+            variable.reset(token)
 
 
 @contextlib.contextmanager
@@ -272,11 +278,13 @@ def block_rows(rows: int, columns: int, device: torch.device | None = None, buff
                itemsize: int = 4) -> int:
     """Rows per block of ``rows`` anchors against ``columns`` candidates: the :func:`use_kernels` override, else as
     many as ``buffers`` (b, columns) buffers of ``itemsize`` bytes hold within the :func:`loss_memory` budget, and
-    on a CPU (``device`` None or of type cpu) at most ``BLOCK_ENTRIES`` / columns; at least one."""
+    on a CPU (``device`` None or of type cpu, unless :func:`use_kernels` sizes for another) at most
+    ``BLOCK_ENTRIES`` / columns; at least one."""
     forced = _BLOCK_ROWS.get()
     if forced is None:
         forced = (_MEMORY_MIB.get() << 20) // max(columns * buffers * itemsize, 1)
-        if device is None or torch.device(device).type == "cpu":
+        kind = _SIZED_FOR.get() or ("cpu" if device is None else torch.device(device).type)
+        if kind == "cpu":
             forced = min(forced, BLOCK_ENTRIES // max(columns, 1))
     return max(1, min(rows, forced))
 

@@ -330,6 +330,7 @@ def _saved(run_dir: Any, overrides: Mapping[str, Any], mode: str) -> RunSpec:
     if not rundir.is_run_dir(run_dir):
         raise ValueError(f"{str(run_dir)!r} is not a run directory (no {rundir.CONFIG} and {rundir.DGP})")
     checkpoint = run_dir / rundir.CHECKPOINT
+    rundir.refuse_unplain(checkpoint)
     if mode == "evaluate" and not checkpoint.is_file():
         raise _untrained(run_dir)
     config, saved = rundir.read_config(run_dir), rundir.load_torch(run_dir / rundir.DGP)
@@ -362,12 +363,15 @@ def _saved(run_dir: Any, overrides: Mapping[str, Any], mode: str) -> RunSpec:
             f"(dgp keys {', '.join(differing)} differ); restore the run's own config.yaml"
         )
     state = rundir.load_torch(checkpoint) if checkpoint.is_file() else None
-    if mode == "resume" and state is not None:
+    if state is not None:
         try:
             reached = int(state["step"])
+            if not 0 <= reached <= config["train"]["steps"]:
+                raise ValueError(f"its step {reached} is outside 0..train.steps={config['train']['steps']}")
         except (KeyError, TypeError, ValueError) as exc:
             raise _damaged(checkpoint, exc) from exc
-        refuse_going_back(checked["train"]["steps"], reached)
+        if mode == "resume":
+            refuse_going_back(checked["train"]["steps"], reached)
     return RunSpec(checked, mode, run_dir, process, state)
 
 

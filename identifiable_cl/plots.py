@@ -505,5 +505,5 @@ def draw_figures(run_dir: str | Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / f"{name}.png" for name in figures}
     for name, fig in figures.items():
-        fig.savefig(paths[name], dpi=110)
+        rundir.save_figure(paths[name], fig)
     return paths

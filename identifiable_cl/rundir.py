@@ -77,6 +77,13 @@ def open_plain_file(path: Path, flags: int) -> int:
     return fd
 
 
+def refuse_unplain(path: Path) -> None:
+    """A ValueError naming ``path`` when something other than a regular file is there (a link, a folder, a
+    FIFO ...); nothing, when it is a regular file or absent."""
+    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
+        raise _not_plain(Path(path))
+
+
 def _not_plain(path: Path) -> ValueError:
     return ValueError(f"{str(path)!r} is {_kind(path)}, not a file of its own: icl does not write through it; "
                       "remove it (or choose another folder)")
@@ -154,11 +161,16 @@ def _umask() -> int:
 
 
 def _atomic(path: Path, write) -> None:
-    """Write through ``write(tmp)`` to a temporary file beside ``path``, then rename it into place.
+    """Write through ``write(tmp)`` to a temporary file beside ``path``, then rename it into place: a symbolic link
+    at ``path`` is replaced, what it points to is never written; a folder, FIFO or other special file there is a
+    ValueError naming it, and nothing is written.
 
     The file gets the permissions of any newly created file (0666 less the umask), not
     ``mkstemp``'s private 0600, so the people who can read a run's other files can read it.
     """
+    path = Path(path)
+    if not path.is_symlink():
+        refuse_unplain(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
     os.close(fd)
@@ -193,6 +205,25 @@ def _jsonable(value: Any) -> Any:
 
 def write_text(path: Path, text: str) -> None:
     _atomic(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    _atomic(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def save_figure(path: Path, fig: Any, dpi: int = 110) -> None:
+    """``fig.savefig`` (a matplotlib figure) through :func:`_atomic`, in the format of ``path``'s suffix."""
+    _atomic(path, lambda tmp: fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "png", dpi=dpi))
+
+
+def open_log(path: Path, append: bool = False) -> Any:
+    """``path`` opened for writing text (a log a child process streams into) from its start, or at its end with
+    ``append``, created 0666 less the umask; a link, FIFO or folder there is a ValueError naming it
+    (:func:`open_plain_file`)."""
+    fd = open_plain_file(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else 0))
+    if not append:
+        os.ftruncate(fd, 0)
+    return os.fdopen(fd, "a" if append else "w")
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from identifiable_cl import rundir
 
@@ -164,6 +165,18 @@ def meta_field(name: str, value) -> callable:
     return damage
 
 
+def checkpoint_folder(run: Path) -> None:
+    (run / rundir.CHECKPOINT).unlink()
+    (run / rundir.CHECKPOINT).mkdir()
+
+
+def checkpoint_step(step: int):
+    def damage(run: Path) -> None:
+        state = rundir.load_torch(run / rundir.CHECKPOINT)
+        torch.save({**state, "step": step}, run / rundir.CHECKPOINT)
+    return damage
+
+
 RUN_CASES = {
     "plot of a readout with one-dimensional latents": (
         ["plot", "run"], one_dimensional_readout, 2,
@@ -187,6 +200,15 @@ RUN_CASES = {
     "resume of a run whose meta.json started at no time": (
         ["train", "--resume", "run", "--train.steps=30"], meta_field("started", "yesterday"), 2,
         "meta.json: started='yesterday' is not what a run writes there (a time as 2026-01-31T12:00:00+0000)"),
+    "resume of a run whose checkpoint is a folder": (
+        ["train", "--resume", "run", "--train.steps=30"], checkpoint_folder, 2,
+        "checkpoint.pt' is a folder, not a file of its own"),
+    "evaluate of a checkpoint at a negative step": (
+        ["evaluate", "run"], checkpoint_step(-5), 2,
+        "checkpoint.pt: does not fit the run's config or is damaged (its step -5 is outside 0..train.steps=20)"),
+    "resume of a checkpoint past the run's steps": (
+        ["train", "--resume", "run", "--train.steps=30"], checkpoint_step(10**12), 2,
+        "its step 1000000000000 is outside 0..train.steps=20"),
     "plot of metrics out of order": (
         ["plot", "run"], damaged_metrics('{"step": 5, "loss": 1.0}'), 2,
         "metrics.jsonl: line 3: step 5 does not follow step 20"),

@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 
+from identifiable_cl import rundir
 from identifiable_cl.cli import main
 from identifiable_cl.plots import MAX_POINTS, chance_level, draw_figures, lambda_figure, latents_figure, training_figure
 
@@ -115,9 +116,7 @@ def test_figures_are_titled_with_the_run_and_use_the_final_evaluation(tmp_path, 
     summary = {"r2_linear": 0.9, "r2_linear_per_dim": [0.91, 0.92, 0.93, 0.94]}
     (run / "summary.json").write_text(json.dumps(summary))
     drawn = {}
-    from matplotlib.figure import Figure
-
-    monkeypatch.setattr(Figure, "savefig", lambda self, path, **kw: drawn.__setitem__(path.stem, self))
+    monkeypatch.setattr(rundir, "save_figure", lambda path, fig, dpi=110: drawn.__setitem__(path.stem, fig))
     draw_figures(run)
     title = "run: infonce(similarity=l1, tau=0.1) on box/laplace(scale=0.1), seed 7"
     for name in ("latents", "training"):

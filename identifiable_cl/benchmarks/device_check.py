@@ -100,8 +100,10 @@ class Step:
 def run_logged(argv: Sequence[str], log: Path, timeout: float, step: Step, env: dict[str, str]) -> int | None:
     """Run ``argv`` with stdout and stderr into ``log`` (appended), stopped after ``timeout`` seconds;
     the exit code, or None when it was stopped. ``step`` gets the wall time."""
+    from identifiable_cl import rundir
+
     started = time.monotonic()
-    with open(log, "a") as out:
+    with rundir.open_log(log, append=True) as out:
         out.write(f"$ {' '.join(argv)}\n")
         out.flush()
         process = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -123,6 +125,7 @@ def last_line(path: Path) -> str:
 
 def experiment_copy(plan: Plan, steps: int, folder: Path) -> Path:
     """A copy of the packaged R24 experiment whose ``plan.scale`` settings are patched and train for ``steps``."""
+    from identifiable_cl import rundir
     from identifiable_cl.yamlfiles import read_yaml_mapping
     from identifiable_cl.reproduce.experiment import EXPERIMENTS_DIR, FILE
 
@@ -134,7 +137,7 @@ def experiment_copy(plan: Plan, steps: int, folder: Path) -> Path:
         scale[key] = min(int(scale.get(key, steps)), steps)
     raw["scales"] = {**raw["scales"], plan.scale: scale}
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / FILE).write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+    rundir.write_text(folder / FILE, yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
     return folder
 
 
@@ -252,18 +255,22 @@ def device_name(device: str) -> str:
 
 def keep_end(path: Path, limit: int = MAX_FILE_BYTES) -> None:
     """Cut the file at ``path`` to its last ``limit`` bytes, saying so on its first line, when it is longer."""
+    from identifiable_cl import rundir
+
     size = path.stat().st_size
     if size > limit:
         with open(path, "rb") as f:
             f.seek(size - limit + 200)
             end = f.read()
-        path.write_bytes(f"[the first {size - len(end)} bytes were left out]\n".encode() + end)
+        rundir.write_bytes(path, f"[the first {size - len(end)} bytes were left out]\n".encode() + end)
 
 
 def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool = False,
               tests: Sequence[str] = ("tests",), bench: Sequence[str] = BENCH_SECTIONS, work: Path | None = None,
               command: str = "", capture: str = "graph") -> dict[str, Any]:
     """Run the check (see the module docstring) into ``out``; returns what ``device_check.json`` holds."""
+    from identifiable_cl import rundir
+
     deadline = time.monotonic() + budget
     record: list[Step] = []
 
@@ -319,15 +326,15 @@ def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool
         code = run_logged(reproduce_argv(folder, plan, full), r24_log, left() - 10, step, env)
         step.finished, step.outcome = code is not None, f"exit {code}; {last_line(r24_log)}"
     if (full / "results.md").is_file():
-        (out / "reproduce.md").write_text((full / "results.md").read_text())
+        rundir.write_text(out / "reproduce.md", (full / "results.md").read_text())
 
     rows = comparison(summaries(full, plan.scale), steps)
     name = device_name(device)
-    (out / "results.md").write_text(markdown(name, plan, steps, why, rows, record, command))
+    rundir.write_text(out / "results.md", markdown(name, plan, steps, why, rows, record, command))
     data = {"device": name, "torch": _torch_version(), "budget_s": budget, "steps": steps, "why": why,
             "pilots": dict(zip(map(str, plan.pilots), walls)), "fixed_s": a, "step_s": b,
             "record": [asdict(s) for s in record], "comparison": rows, "work": str(work)}
-    (out / "device_check.json").write_text(json.dumps(data, indent=2))
+    rundir.write_text(out / "device_check.json", json.dumps(data, indent=2))
     for path in out.iterdir():
         keep_end(path)
     return data

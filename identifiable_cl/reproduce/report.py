@@ -353,7 +353,6 @@ def draw(experiment: Experiment, scale: str, results: Mapping[str, RunResults], 
     for spec in experiment.figures:
         fig = FIGURES[spec["kind"]](spec, results, experiment, scale)
         path = Path(out) / "figures" / f"{spec['name']}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
+        rundir.save_figure(path, fig)
         paths[spec["name"]] = path
     return paths

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from identifiable_cl import rundir
 from identifiable_cl.reproduce import population, report, tuning
 from identifiable_cl.reproduce.claims import Verdict, check, tally
 from identifiable_cl.reproduce.experiment import (
@@ -178,7 +179,7 @@ def reproduce(
         experiment, scale, seeds, results, verdicts, figures, command, out, time.perf_counter() - started,
         population=checked, pending=pending, tuned=tuning.summary_line(experiment, best) if best else "",
     )
-    (out / RESULTS_MD).write_text(text + ("\n" + tuning.section(experiment, best, scale) if best else ""))
+    rundir.write_text(out / RESULTS_MD, text + ("\n" + tuning.section(experiment, best, scale) if best else ""))
     data = {
         "experiment": experiment.name,
         "scale": scale,
@@ -195,7 +196,7 @@ def reproduce(
     }
     if checked is not None:
         data["population"] = checked.to_json()
-    (out / RESULTS_JSON).write_text(json.dumps(data, indent=2))
+    rundir.write_text(out / RESULTS_JSON, json.dumps(data, indent=2))
     plumbing = " (scale tiny checks the plumbing only, not the claims)" if scale == "tiny" else ""
     echo(f"{tally(verdicts)}{plumbing}; results in {out / RESULTS_MD}")
     return Reproduction(experiment, scale, results, verdicts, figures, out / RESULTS_MD, checked)

@@ -59,6 +59,7 @@ import yaml
 from dgp.files import load_tensors
 from identifiable_cl.components import available_cpus
 from identifiable_cl.yamlfiles import load_yaml
+from identifiable_cl import rundir
 from identifiable_cl.rundir import CHECKPOINT, IDENTITY_CACHE, SUMMARY, lock, read_json, read_metrics, write_json
 from identifiable_cl.rundir import unlock as release
 from identifiable_cl.sweeps.plan import PlannedRun
@@ -171,7 +172,7 @@ def is_finished(folder: Path) -> bool:
 def write_params(path: Path, params: Mapping[str, Any]) -> None:
     """The parameters as the config file a W&B agent writes for ``WANDB_SWEEP_PARAM_PATH``."""
     body = yaml.safe_dump({k: {"value": v} for k, v in params.items()}, sort_keys=False, allow_unicode=True)
-    path.write_text("wandb_version: 1\n\n" + body)
+    rundir.write_text(path, "wandb_version: 1\n\n" + body)
 
 
 def read_params(path: Path) -> dict[str, Any]:
@@ -316,7 +317,7 @@ def _start(spec: SweepSpec, run: PlannedRun, device: str | None, workers: int,
     json_file = None
     if "${args_json_file}" in [str(c) for c in spec.command]:
         json_file = folder.resolve() / ARGS_JSON
-        json_file.write_text(json.dumps(run.params))
+        rundir.write_text(json_file, json.dumps(run.params))
     argv = render_command(spec.command, run.params, program=spec.program, args_json_file=json_file and str(json_file), environ=env)
     argv = this_interpreter(argv) + ["--run-dir", str(folder.resolve() / RUN)]
     if resumed is not None:
@@ -365,7 +366,7 @@ def _launch(argv: list[str], env: Mapping[str, str], log_path: Path, lock: int,
     run gets SIGINT (``icl train`` then stops at once and keeps its last checkpoint). Returns the
     exit code and whether the run was stopped so.
     """
-    with open(log_path, "w") as log:
+    with rundir.open_log(log_path) as log:
         try:
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL,
                                        pass_fds=(lock,))
@@ -499,7 +500,7 @@ def _execute_packed(spec: SweepSpec, runs: Sequence[PlannedRun], locks: Sequence
     ]
     first_argv, first_env, _ = starts[0]
     pack_file = runs[0].folder.resolve() / PACK
-    pack_file.write_text(json.dumps(entries, indent=1))
+    rundir.write_text(pack_file, json.dumps(entries, indent=1))
     argv = [*first_argv[: positions[0]], "train", "--pack-file", str(pack_file)]
     env = {k: v for k, v in first_env.items() if k not in ("WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH", "WANDB_NAME")}
     started = time.perf_counter()
@@ -536,7 +537,7 @@ def pack_groups(spec: SweepSpec, runs: Sequence[PlannedRun], size: int) -> list[
 def write_sweep_file(spec: SweepSpec, out: Path) -> None:
     folder = Path(out) / spec.name
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / SWEEP).write_text(yaml.safe_dump(dict(spec.raw), sort_keys=False, allow_unicode=True))
+    rundir.write_text(folder / SWEEP, yaml.safe_dump(dict(spec.raw), sort_keys=False, allow_unicode=True))
 
 
 def check_options(workers: int, pack: int, devices: Sequence[str] | None) -> None:

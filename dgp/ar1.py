@@ -39,6 +39,9 @@ BURN_IN_TOLERANCE = 1e-12
 """The burn-in stops once |ρ|^K, the standard deviation of the omitted tail relative to the stationary one, is
 at most this."""
 
+MAX_BURN_IN = 10_000
+"""The longest burn-in a draw of the stationary law may take (|ρ| <= 0.9972 for innovations other than normal)."""
+
 OPTION_DOCS = {
     'rho': 'the AR coefficient ρ in (-1, 1) of s_t = ρ s_{t-1} + ε_t (PCL: 0.7); marginal and conditional must agree',
     'innovation': "the law of ε: 'laplace' (density ∝ exp(-|ε|/λ), PCL's), 'normal' (N(0, σ²), where PCL's theorem "
@@ -103,8 +106,9 @@ def ar1_law(space: Space, section: str, rho: Any, innovation: Any, scale: Any, p
         checks.fail("rho", rho, "must lie in (-1, 1): the AR(1) process is stationary only for |rho| < 1")
     kind = checks.choice("innovation", innovation, INNOVATIONS)
     scale = checks.positive("scale", scale)
+    checks.data_scale("scale", scale)
     if kind == "gennorm":
-        shape = checks.positive("p", DEFAULT_GENNORM_P if p is None else p)
+        shape = checks.shape_p("p", DEFAULT_GENNORM_P if p is None else p)
     elif p is not None:
         checks.fail("p", p, f"applies to innovation 'gennorm' only, and innovation is {kind!r}: leave p out")
     else:
@@ -139,6 +143,12 @@ class AR1Marginal(Marginal):
         self.law = ar1_law(space, "dgp.marginal", rho, innovation, scale, p)
         self.space = space
         self.burn_in = 0 if self.law.innovation.kind == "normal" else burn_in_steps(self.law.rho)
+        if self.burn_in > MAX_BURN_IN:
+            bound = BURN_IN_TOLERANCE ** (1.0 / MAX_BURN_IN)
+            with checks.section("dgp.marginal"):
+                checks.fail("rho", rho, f"with {self.law.innovation.kind} innovations the stationary law is drawn by a "
+                            f"burn-in of {self.burn_in:,} steps, more than the {MAX_BURN_IN:,} a draw may take: "
+                            f"|rho| <= {math.floor(bound * 1e4) / 1e4:g} (or normal innovations, drawn exactly)")
         self.register_buffer("_dtype_anchor", torch.zeros(()), persistent=False)
 
     def sample(self, batch: int, generator: torch.Generator) -> Tensor:

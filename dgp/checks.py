@@ -112,6 +112,32 @@ def trainable(key: str, value: float, what: str, smallest: float | None = None) 
     return value
 
 
+SHAPE_P = (0.1, 100.0)
+"""The exponents p of a generalised normal law (density ∝ exp(-|x/λ|^p)) whose draws float32 holds: they are
+Gamma(1/p)^(1/p) variates, which overflow float32 below p ≈ 0.03 (and p = 100 is already a uniform law to
+plotting accuracy)."""
+DATA_SCALE = 1e6
+"""The largest scale or offset of a process's latents: they are mixed and encoded in float32, whose squares
+(variances, squared distances) overflow near 1.8e19."""
+
+
+def shape_p(key: str, value: Any) -> float:
+    """A generalised normal exponent within :data:`SHAPE_P`."""
+    v = positive(key, value)
+    if not SHAPE_P[0] <= v <= SHAPE_P[1]:
+        fail(key, value, f"must lie in [{SHAPE_P[0]:g}, {SHAPE_P[1]:g}]: the generalised normal draws Gamma(1/p)^(1/p), "
+                         "which float32 holds there")
+    return v
+
+
+def data_scale(key: str, value: Any, minimum: float = 0.0) -> float:
+    """A scale or offset of the latents in [``minimum``, :data:`DATA_SCALE`]."""
+    v = number(key, value)
+    if not minimum <= v <= DATA_SCALE:
+        fail(key, value, f"must lie in [{minimum:g}, {DATA_SCALE:g}]: the latents are mixed and encoded in float32")
+    return v
+
+
 def non_negative(key: str, value: Any) -> float:
     v = number(key, value)
     if v < 0:

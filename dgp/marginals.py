@@ -205,7 +205,7 @@ class GenNormMarginal(_LocationScale):
         self, space, rng: torch.Generator | None = None, *, loc: float | None = None, scale: float = 1.0, p: float = 3.0
     ):
         super().__init__(space, loc=loc, scale=scale)
-        self.p = checks.positive("p", p)
+        self.p = checks.shape_p("p", p)
 
     def _plain(self, loc: Tensor, generator: torch.Generator) -> Tensor:
         return truncation.gennorm(loc, self.scale, self.p, generator)

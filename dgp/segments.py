@@ -40,6 +40,8 @@ LAWS = ("laplace", "normal")
 """The law of the standardised source ε (mean 0, variance 1)."""
 DEFAULT_SEGMENTS = 20
 """S: icebeem's and IIA-GCL's smaller settings (TCL's official code: 256)."""
+MAX_SEGMENTS = 100_000
+"""The most segments a process may draw (TCL's official code: 256)."""
 
 
 @MARGINALS.register("segments")
@@ -68,12 +70,16 @@ class SegmentsMarginal(Marginal):
                         "(dgp.marginal 'segments') are defined on R^n only: use 'euclidean'")
         self.space = space
         self.segments = checks.integer("segments", segments, minimum=2)
+        if self.segments > MAX_SEGMENTS:
+            checks.fail("segments", segments, f"at most {MAX_SEGMENTS:,}: the process holds σ and μ per segment and "
+                        "coordinate, and the losses tcl and gcl a table row per segment")
         self.law = checks.choice("law", law, LAWS)
         self.std_low = low = checks.non_negative("std_low", std_low)
         self.std_high = high = checks.positive("std_high", std_high)
+        checks.data_scale("std_high", high)
         if high < low:
             checks.fail("std_high", std_high, f"must be >= std_low ({low:g})")
-        self.location = checks.non_negative("location", location)
+        self.location = checks.data_scale("location", checks.non_negative("location", location))
         shape = (self.segments, space.dim)
         self.register_buffer("std", high - (high - low) * torch.rand(shape, generator=rng, dtype=torch.float64))
         self.register_buffer("loc", self.location * (2.0 * torch.rand(shape, generator=rng, dtype=torch.float64) - 1.0))

@@ -27,7 +27,28 @@ DEEP = "x: " + "[" * 5000 + "]" * 5000 + "\n"
 LAUGHS = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}' if i else 'lol'] * 9)}]\n" for i in range(9))
 GRID = "name: g\nmethod: grid\ncommand: [icl, train, '${args}']\nparameters:\n"
 
+AR1 = ["--dgp.space.name=euclidean", "--dgp.marginal.name=ar1", "--dgp.conditional.name=ar1", "--dgp.negatives.name=none"]
+SEGMENTED = ["--dgp.space.name=euclidean", "--dgp.marginal.name=segments", "--dgp.conditional.name=same_segment",
+             "--dgp.negatives.name=none"]
+
 CASES = {
+    "an AR(1) coefficient whose burn-in never ends": (
+        ["config", *AR1, "--dgp.marginal.rho=0.999999999999", "--dgp.conditional.rho=0.999999999999"], {}, 2,
+        "dgp.marginal.rho=0.999999999999 is invalid: with laplace innovations the stationary law is drawn by a burn-in "
+        "of 27,631,632,375,153 steps, more than the 10,000 a draw may take: |rho| <= 0.9972"),
+    "a billion segments": (
+        ["train", *SEGMENTED, "--dgp.marginal.segments=1000000000", "--run-dir", "fresh"], {}, 2,
+        "dgp.marginal.segments=1000000000 is invalid: at most 100,000"),
+    "sources scaled past float32": (
+        ["train", *SEGMENTED, "--dgp.marginal.std_high=1e300", "--run-dir", "fresh"], {}, 2,
+        "dgp.marginal.std_high=1e+300 is invalid: must lie in [0, 1e+06]: the latents are mixed and encoded in float32"),
+    "a generalised normal innovation of exponent 1e-300": (
+        ["train", *AR1, "--dgp.marginal.innovation=gennorm", "--dgp.conditional.innovation=gennorm",
+         "--dgp.marginal.p=1e-300", "--dgp.conditional.p=1e-300", "--run-dir", "fresh"], {}, 2,
+        "dgp.marginal.p=1e-300 is invalid: must lie in [0.1, 100]"),
+    "an innovation scale of 1e38": (
+        ["train", *AR1, "--dgp.marginal.scale=1e38", "--dgp.conditional.scale=1e38", "--run-dir", "fresh"], {}, 2,
+        "dgp.marginal.scale=1e+38 is invalid: must lie in [0, 1e+06]"),
     "config with a duplicate key": (
         ["train", "c.yaml"], {"c.yaml": "loss:\n  tau: 0.1\nloss:\n  tau: 0.2\n"}, 2,
         "config file 'c.yaml' is not valid YAML: line 3, column 1: the key 'loss' appears twice (first on line 1)"),

@@ -157,7 +157,7 @@ class GenNormConditional(_Isotropic):
     ):
         super().__init__(space)
         self.scale = checks.positive("scale", scale)
-        self.p = checks.positive("p", p)
+        self.p = checks.shape_p("p", p)
 
     def _step(self) -> tuple[float, float]:
         return self.scale, self.p

@@ -45,7 +45,7 @@ from identifiable_cl.solvers import Solver, solver_class
 from identifiable_cl.solvers.base import loss_arguments, observations, split_encodings
 from identifiable_cl.solvers.subsets import check_subsets
 from identifiable_cl.solvers.views import pair_loss, view_encodings
-from identifiable_cl.spec import CHANGEABLE, MODES, RunSpec, refuse_going_back, refuse_overrides
+from identifiable_cl.spec import CHANGEABLE, MODES, RunSpec, checked_spec, refuse_going_back, refuse_overrides
 from identifiable_cl.migration import migrate, schema_version
 from identifiable_cl.yamlfiles import read_yaml_mapping
 
@@ -447,6 +447,7 @@ def _assemble(config: RunSpec, process: dgp.Process | None) -> Solver:
 def assemble(spec: RunSpec) -> Solver:
     """The solver of a run from its spec (:func:`resolve`): new, resumed and evaluated runs differ only in where the
     process (drawn from the seed, or the saved one) and the state (fresh, or the last checkpoint's) come from."""
+    spec = checked_spec(spec, "assemble")
     c = build(spec, process=spec.process)
     if spec.state is not None:
         try:

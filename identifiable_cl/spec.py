@@ -49,6 +49,14 @@ class RunSpec(dict):
         return _content(self) == self._checked
 
 
+def checked_spec(spec: Any, where: str) -> RunSpec:
+    """``spec`` when it is a :class:`RunSpec`, else a one-line ValueError naming ``where`` and what to pass."""
+    if not isinstance(spec, RunSpec):
+        raise ValueError(f"{where}: a spec of type {type(spec).__name__} is invalid: give the RunSpec that "
+                         "identifiable_cl.resolve returns (resolve(config) for a new run's config)")
+    return spec
+
+
 def _saved_as(config: Mapping[str, Any], key: str, value: Any) -> bool:
     """Whether the saved ``config`` already holds ``value`` at the dotted ``key`` (an override that
     changes nothing, as a sweep repeating a run's own parameters passes)."""

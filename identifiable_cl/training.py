@@ -31,7 +31,7 @@ from identifiable_cl.progress import Progress
 from identifiable_cl.protocol import Measured, check_before_writing, evaluation, reported, shared_identity
 from identifiable_cl.solvers import Solver
 from identifiable_cl.solvers.packed import PackStepper, check_packable
-from identifiable_cl.spec import RunSpec
+from identifiable_cl.spec import RunSpec, checked_spec
 from identifiable_cl.stops import LOOPING, STOP, Interrupted, NonFiniteLoss, evaluating
 from identifiable_cl.tracking import Tracker, open_tracker
 
@@ -58,6 +58,9 @@ class Trainer:
         it) and checked before its folder changes: a new run writes ``run_dir``; a resumed one goes on from its last
         checkpoint (the metrics after it, the summary and stale temporary files removed, the config rewritten); an
         evaluated one only reads its folder."""
+        spec = checked_spec(spec, "Trainer.from_spec")
+        if spec.mode == "new" and run_dir is None:
+            raise ValueError("Trainer.from_spec: a new run needs run_dir, the folder it is written to")
         c = assemble(spec) if components is None else components
         if spec.mode != "evaluate":
             check_before_writing(c)

@@ -1,4 +1,4 @@
-"""The Python API from the package top level, and the README's Python example run as written."""
+"""The Python API from the package top level, and the example of docs/python-api.md run as written."""
 
 import re
 import tempfile
@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def readme_example() -> str:
-    section = (ROOT / "README.md").read_text().split("## Python API", 1)[1].split("\n## ", 1)[0]
-    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    """The one Python block of docs/python-api.md (the README shows its first lines)."""
+    (code,) = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "python-api.md").read_text(), flags=re.S)
     return code
 
 
@@ -21,7 +21,7 @@ def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     namespace: dict = {}
-    exec(compile(readme_example(), "README.md", "exec"), namespace)
+    exec(compile(readme_example(), "docs/python-api.md", "exec"), namespace)
     result = namespace["result"]
     assert result.run_dir.parent == tmp_path and (result.run_dir / "summary.json").is_file()
     assert result.summary["steps"] == 300 and namespace["run"].steps_done == 300
@@ -116,3 +116,17 @@ def test_api_calls_that_would_reach_the_allocator_or_the_file_system_raise_one_c
     with pytest.raises(ValueError, match="is not a run directory"):
         icl.load_run(tmp_path / "afile")
     assert torch.is_tensor(process.sample(4, process.make_generator(0)).z)
+
+
+def test_assembling_anything_but_a_spec_is_one_line_and_a_new_run_needs_its_folder(tmp_path):
+    from identifiable_cl.components import assemble, resolve
+    from identifiable_cl.training import Trainer
+
+    for call, where in ((lambda: assemble({"train.steps": 1}), "assemble"),
+                        (lambda: Trainer.from_spec({"train": {"steps": 1}}, tmp_path / "run"), "Trainer.from_spec")):
+        with pytest.raises(ValueError, match=rf"^{where}: a spec of type dict is invalid: give the RunSpec that "
+                                             r"identifiable_cl.resolve returns"):
+            call()
+    with pytest.raises(ValueError, match="^Trainer.from_spec: a new run needs run_dir, the folder it is written to"):
+        Trainer.from_spec(resolve(None, {"train.steps": 1}))
+    assert list(tmp_path.iterdir()) == []

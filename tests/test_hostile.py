@@ -32,6 +32,10 @@ SEGMENTED = ["--dgp.space.name=euclidean", "--dgp.marginal.name=segments", "--dg
              "--dgp.negatives.name=none"]
 
 CASES = {
+    "a sweep whose search space is its scheduler's": (
+        ["sweep", "check", "s.yaml"], {"s.yaml": "name: g\nmethod: grid\ncommand: [icl, train, '${args}']\n"
+                                                 "scheduler: {engine: wandb, source: x, search_space: loss.tau}\n"}, 1,
+        "parameters: required by icl, which checks, plans and runs each set of parameters itself"),
     "an AR(1) coefficient whose burn-in never ends": (
         ["config", *AR1, "--dgp.marginal.rho=0.999999999999", "--dgp.conditional.rho=0.999999999999"], {}, 2,
         "dgp.marginal.rho=0.999999999999 is invalid: with laplace innovations the stationary law is drawn by a burn-in "

@@ -96,6 +96,10 @@ def parse_sweep(raw: Any, source: str = "<sweep>") -> SweepSpec:
     from identifiable_cl.config import suggest
 
     problems = schema.violations(raw)
+    if not problems and "parameters" not in raw:
+        problems = ["parameters: required by icl, which checks, plans and runs each set of parameters itself; a sweep "
+                    "whose search space is the scheduler's (scheduler.search_space) runs on W&B's server only "
+                    "(wandb sweep, then wandb agent)"]
     if problems:
         fail(source, problems)
     parameters = []

@@ -150,8 +150,10 @@ SCHEMA: dict[str, Leaf | Section] = {
     "train.log_every": Leaf(50, "int", "log the mean loss every k steps", minimum=1),
     "train.eval_every": Leaf(500, "int", "held-out evaluation every k steps (the last step always)", minimum=1),
     "train.checkpoint_every": Leaf(500, "int", "checkpoint every k steps (the last step always)", minimum=1),
-    "train.precision": Leaf("fp32", "str", "fp32, or bf16: the encoder's forward pass under bfloat16 autocast "
-                            "(worth it on GPUs and CPUs with AMX/AVX512-BF16 units only)", choices=("fp32", "bf16")),
+    "train.precision": Leaf("fp32", "str", "fp32; tf32: CUDA's float32 products on its tensor cores (TensorFloat-32, "
+                            "10-bit mantissa products; a CPU computes fp32); or bf16: the encoder's forward pass under "
+                            "bfloat16 autocast (worth it on GPUs and CPUs with AMX/AVX512-BF16 units only)",
+                            choices=("fp32", "tf32", "bf16")),
     "train.matmul": Leaf("auto", "str", "how the encoder's float32 CPU matrix products run: blas (torch's own), "
                          "onednn, or auto (onednn on AMD CPUs with AVX-512, blas elsewhere)", choices=MATMUL_BACKENDS),
     "train.threads": Leaf(None, "int?", "torch's CPU threads; null: OMP_NUM_THREADS when set, else the CPUs this "

@@ -87,6 +87,22 @@ def blas_only() -> Iterator[None]:
         _BLAS_ONLY.reset(token)
 
 
+@contextlib.contextmanager
+def tensor_float32(enabled: bool) -> Iterator[None]:
+    """Within the block, when ``enabled``, CUDA's float32 matrix products and convolutions run on its tensor cores
+    as TensorFloat-32 (inputs rounded to 10-bit mantissas, sums in float32: ``train.precision: tf32``); the flags
+    are restored after. A CPU computes them in float32 either way."""
+    if not enabled:
+        yield
+        return
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
 def _autocast_on_cpu() -> bool:
     try:
         return torch.is_autocast_enabled("cpu")

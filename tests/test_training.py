@@ -274,3 +274,22 @@ def test_the_bound_on_mutual_information_is_named_for_what_it_holds(tmp_path, ti
     assert "mi_nwj_bound" in nwj and "mi_infonce_bound" not in nwj
     assert "mi_infonce_bound" in infonce and "mi_nwj_bound" not in infonce
     assert math.isfinite(nwj["mi_nwj_bound"]) and nwj["mi_nwj_bound"] != infonce["mi_infonce_bound"]
+
+
+def test_tf32_runs_the_whole_step_with_cuda_tensor_float32_products_and_a_cpu_step_as_fp32():
+    """train.precision: tf32 turns CUDA's TensorFloat-32 products on for the step's forward and backward passes
+    and restores the flags after; a CPU computes float32 either way, so the run equals its fp32 twin."""
+    from identifiable_cl.components import build
+
+    seen = []
+    runs = {}
+    for precision in ("fp32", "tf32"):
+        c = build(tiny_config(**{"train.precision": precision, "seed": 3}))
+        c.encoder.register_forward_hook(lambda *_: seen.append(torch.backends.cuda.matmul.allow_tf32))
+        c.encoder.register_full_backward_hook(lambda *_: seen.append(torch.backends.cudnn.allow_tf32 and
+                                                                     torch.backends.cuda.matmul.allow_tf32))
+        runs[precision] = [c.step().item() for _ in range(3)]
+        assert (precision == "tf32") == all(seen) and (precision == "fp32") == (not any(seen))
+        seen.clear()
+    assert not torch.backends.cuda.matmul.allow_tf32
+    assert runs["tf32"] == runs["fp32"]

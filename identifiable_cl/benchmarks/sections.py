@@ -405,12 +405,14 @@ def bench_precision(batch: int = 1000, steps: int = 10, device: torch.device | N
                     print_fn: Callable[[str], None] = print) -> dict[str, Any]:
     """Training step of the reference encoder (R24's sphere setting) in fp32 with torch's BLAS (on CUDA:
     its CUDA products), in fp32 with oneDNN's products (a CPU where torch has them, see
-    ``identifiable_cl.linear``) and in bf16."""
+    ``identifiable_cl.linear``), in tf32 (CUDA only: a CPU computes it as fp32) and in bf16."""
     from identifiable_cl import linear
     from identifiable_cl.components import build, load_config
 
     device = device or bench_device()
     cases = {"fp32": {"train.matmul": "blas"}, "bf16": {"train.precision": "bf16"}}
+    if device.type == "cuda":
+        cases["tf32"] = {"train.precision": "tf32"}
     if device.type == "cpu" and linear._operator() is not None:
         cases["fp32_onednn"] = {"train.matmul": "onednn"}
     cs = [build(load_config("sphere", {"train.batch_size": batch, "dgp.mixing.cond_draws": 2500, "device": str(device), **o}))
@@ -421,6 +423,9 @@ def bench_precision(batch: int = 1000, steps: int = 10, device: torch.device | N
     out["speedup"] = out["fp32"] / out["bf16"]
     line = (f"\nprecision, reference encoder, batch {batch}, on {device}: fp32 {out['fp32'] * 1e3:.1f} ms, bf16 "
             f"{out['bf16'] * 1e3:.1f} ms per step: bf16 speed-up {out['speedup']:.2f}x")
+    if "tf32" in out:
+        out["tf32_speedup"] = out["fp32"] / out["tf32"]
+        line += f"; tf32 {out['tf32'] * 1e3:.1f} ms, {out['tf32_speedup']:.2f}x"
     if "fp32_onednn" in out:
         out["onednn_speedup"] = out["fp32"] / out["fp32_onednn"]
         line += (f"; fp32 through oneDNN {out['fp32_onednn'] * 1e3:.1f} ms, {out['onednn_speedup']:.2f}x "

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 import dgp
 from identifiable_cl.encoders import view_encoder
+from identifiable_cl.linear import tensor_float32
 from identifiable_cl.losses.blocked import loss_memory
 
 
@@ -100,11 +101,12 @@ class Solver:
     def work(self) -> tuple[Tensor, Tensor]:
         """A step's device work: the batch, the loss, its gradient and the optimizer's step; the loss (detached)
         and the keys :meth:`advance` passes on."""
-        with self.loss_memory():
-            loss, keys = self.objective(self.batch())
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimize()
+        with self.products():
+            with self.loss_memory():
+                loss, keys = self.objective(self.batch())
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimize()
         return loss.detach(), keys
 
     def batch(self) -> dgp.Batch:
@@ -142,6 +144,11 @@ class Solver:
     def loss_memory(self) -> contextlib.AbstractContextManager:
         """The loss's buffers within ``train.loss_memory`` MiB (:func:`identifiable_cl.losses.blocked.loss_memory`)."""
         return loss_memory(self.config["train"]["loss_memory"])
+
+    def products(self) -> contextlib.AbstractContextManager:
+        """CUDA's float32 products as TensorFloat-32 for the whole step under ``train.precision: tf32``
+        (:func:`identifiable_cl.linear.tensor_float32`), else a no-op."""
+        return tensor_float32(self.config["train"]["precision"] == "tf32")
 
     def precision(self) -> torch.autocast:
         """bfloat16 autocast for the encoder's forward pass under ``train.precision: bf16``, else a no-op."""

@@ -163,6 +163,10 @@ class StackedPack:
         alone; one encoder pass over the stacked weights (``torch.func.vmap``); each run's loss on its encodings
         with its row of the stacked loss parameters; the summed losses' gradient (each run's own), clipped per run
         to its ``optim.grad_clip``; one Adam step. The losses (K,) and each run's keys (its h_pos)."""
+        with self.solvers[0].products():
+            return self._work()
+
+    def _work(self) -> list[Tensor]:
         cs = self.solvers
         batches = self.batches()
         x = torch.stack([observations(b, c.process.dim) for c, b in zip(cs, batches)])

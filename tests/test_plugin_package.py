@@ -1,4 +1,4 @@
-"""The README's plugin example, built as a separate distribution and used by name through entry points."""
+"""The plugin example of docs/plugins.md, built as a separate distribution and used by name through entry points."""
 
 import json
 import os
@@ -13,9 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def readme_files() -> dict[str, str]:
-    """Code blocks of the README's plugin section whose first line is '# <path>'."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Writing a plugin", 1)[1].split("\n## ", 1)[0]
+    """Code blocks of docs/plugins.md whose first line is '# <path>'."""
+    section = (ROOT / "docs" / "plugins.md").read_text()
     files = {}
     for body in re.findall(r"```\w+\n(.*?)```", section, flags=re.S):
         first, _, rest = body.partition("\n")

@@ -251,7 +251,8 @@ def test_trainer_run_logs_exactly_its_own_files(tmp_path, monkeypatch, no_creden
 
 @pytest.mark.integration
 def test_a_local_sweep_is_synced_by_one_glob(tmp_path, monkeypatch, no_credentials):
-    """The README's ``wandb sync OUT/SWEEP/*/run/wandb/offline-run-*`` names every run once, named by its parameters."""
+    """The ``wandb sync OUT/SWEEP/*/run/wandb/offline-run-*`` of docs/sweeps-and-clusters.md names every run once,
+    named by its parameters."""
     import glob
     import os
 

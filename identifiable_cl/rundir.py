@@ -23,9 +23,12 @@ import json
 import math
 import os
 import platform
+import re
+import secrets
 import shutil
 import socket
 import stat
+import string
 import subprocess
 import sys
 import tempfile
@@ -365,8 +368,22 @@ def git_revision() -> str | None:
         return None
 
 
-def meta(device: torch.device, matmul: str | None = None) -> dict[str, Any]:
-    """Where and how the run was made; ``matmul``: the backend ``train.matmul`` resolved to."""
+WANDB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What a W&B run id may hold (``wandb.init(id=...)``)."""
+
+
+def wandb_id(environ: Mapping[str, str] | None = None) -> str:
+    """A new run's W&B run id: the one a sweep agent or the local runner sets (``WANDB_RUN_ID``), else 8 random
+    lowercase letters and digits, as W&B draws them."""
+    given = (os.environ if environ is None else environ).get("WANDB_RUN_ID")
+    if given and WANDB_ID.fullmatch(given):
+        return given
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+
+
+def meta(device: torch.device, matmul: str | None = None, wandb_run: str | None = None) -> dict[str, Any]:
+    """Where and how the run was made; ``matmul``: the backend ``train.matmul`` resolved to; ``wandb_run``: its
+    W&B run id (:func:`wandb_id` when None), which every resume of the run continues."""
     return {
         "schema_version": SCHEMA_VERSION,
         "version": identifiable_cl.__version__,
@@ -378,6 +395,7 @@ def meta(device: torch.device, matmul: str | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "host": socket.gethostname(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "wandb_id": wandb_run or wandb_id(),
     }
 
 
@@ -403,6 +421,7 @@ META_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "python": ("a version string", _text),
     "host": ("a host name", _text),
     "started": ("a time as 2026-01-31T12:00:00+0000", _started),
+    "wandb_id": ("a W&B run id of letters, digits, - and _", lambda v: isinstance(v, str) and bool(WANDB_ID.fullmatch(v))),
 }
 """What :func:`meta` writes in each field of ``meta.json`` but its schema version (which
 :func:`identifiable_cl.migration.schema_version` reads), and a test of it."""
@@ -456,7 +475,8 @@ class RunFolder:
     @classmethod
     def reopen(cls, path: Path, config: Mapping[str, Any], step: int) -> "RunFolder":
         """A saved run continued from its checkpoint of ``step``: stale temporaries, the metrics after ``step``, the
-        summary and the stopped state removed, the ``config`` it goes on with rewritten."""
+        summary and the stopped state removed, the ``config`` it goes on with rewritten (and a W&B run id recorded
+        in ``meta.json`` for a run saved without one)."""
         path = Path(path)
 
         def write() -> None:
@@ -465,6 +485,9 @@ class RunFolder:
             write_config(path, config)
             for name in (SUMMARY, STOPPED):
                 (path / name).unlink(missing_ok=True)
+            saved = read_meta(path)
+            if saved is not None and "wandb_id" not in saved:  # saved before runs kept their W&B id
+                write_json(path / META, {**saved, "wandb_id": wandb_id()})
 
         return cls._taken(path, write)
 

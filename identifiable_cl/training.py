@@ -43,8 +43,8 @@ class Trainer:
         self.c, self.folder, self.progress = c, folder, progress
         """``folder``: the writer of the run's folder, released by :meth:`close`."""
         self.tracker: Tracker = Tracker()
-        self.wandb_id: str | None = None
-        """The W&B run id of a packed run (alone, ``WANDB_RUN_ID`` or W&B chooses)."""
+        self.wandb_id: str | None = (rundir.read_meta(folder.path) or {}).get("wandb_id")
+        """The run's W&B run id, chosen when its folder was made (``meta.json``), which every resume continues."""
         self.wandb_name: str | None = None
         """The W&B run name of a packed run (alone, ``WANDB_NAME``, ``wandb.name`` or the folder's name)."""
         self.checkpoint_step: int | None = c.steps_done if (self.run_dir / rundir.CHECKPOINT).exists() else None
@@ -53,11 +53,12 @@ class Trainer:
 
     @classmethod
     def from_spec(cls, spec: RunSpec, run_dir: Path | None = None, progress: bool | None = None,
-                  components: Solver | None = None) -> "Trainer":
+                  components: Solver | None = None, wandb_id: str | None = None) -> "Trainer":
         """The run a spec (:func:`identifiable_cl.components.resolve`) describes, assembled (or given, as built from
         it) and checked before its folder changes: a new run writes ``run_dir``; a resumed one goes on from its last
         checkpoint (the metrics after it, the summary and stale temporary files removed, the config rewritten); an
-        evaluated one only reads its folder."""
+        evaluated one only reads its folder. ``wandb_id``: a new run's W&B run id (a packed sweep run's; else
+        ``WANDB_RUN_ID`` or a new one, :func:`identifiable_cl.rundir.wandb_id`), recorded in ``meta.json``."""
         spec = checked_spec(spec, "Trainer.from_spec")
         if spec.mode == "new" and run_dir is None:
             raise ValueError("Trainer.from_spec: a new run needs run_dir, the folder it is written to")
@@ -65,7 +66,7 @@ class Trainer:
         if spec.mode != "evaluate":
             check_before_writing(c)
         if spec.mode == "new":
-            meta = rundir.meta(c.device, linear.resolve(c.config["train"]["matmul"]))
+            meta = rundir.meta(c.device, linear.resolve(c.config["train"]["matmul"]), wandb_id)
             folder = rundir.RunFolder.create(run_dir, c.config, meta, c.process.to_dict())
         elif spec.mode == "resume":
             folder = rundir.RunFolder.reopen(spec.run_dir, c.config, c.steps_done)
@@ -123,9 +124,10 @@ class Trainer:
         return f"{kept} in {self.run_dir}; continue with: icl train --resume {self.run_dir}"
 
     def open(self, shared: bool = False) -> None:
-        """Start the tracker (W&B) of this run (``shared``: beside other runs of this process)."""
-        self.tracker = open_tracker(self.c.config, self.run_dir, shared, self.wandb_id if shared else None,
-                                    self.wandb_name if shared else None)
+        """Start the tracker (W&B) of this run (``shared``: beside other runs of this process), continuing its own
+        W&B run (:attr:`wandb_id`)."""
+        self.tracker = open_tracker(self.c.config, self.run_dir, shared, self.wandb_id,
+                                    self.wandb_name if shared else None, resumed_at=self.checkpoint_step)
 
     def close(self, summary: dict[str, Any] | None) -> None:
         """Log the figures of a finished run (``train.figures``) and finish its tracker (``None``: the run failed)."""

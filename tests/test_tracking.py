@@ -287,3 +287,58 @@ def test_a_local_sweep_is_synced_by_one_glob(tmp_path, monkeypatch, no_credentia
         assert got["run"].run_group == "tiny"
         assert got["config"]["loss.tau"] == o.run.params["loss.tau"] and "loss" not in got["config"]
         assert "wandb:" not in (o.run.folder / "stdout.log").read_text()
+
+
+def test_a_run_resumed_twice_is_one_wandb_run(tmp_path, monkeypatch, no_credentials, capsys):
+    """The W&B run id is chosen with the run directory and kept in meta.json: each resume continues that W&B run
+    (offline, one offline-run-*-<id> piece per stretch), says so on stderr, and a copied run directory says that
+    the earlier pieces are elsewhere."""
+    import shutil
+
+    import wandb
+
+    from identifiable_cl import rundir
+    from identifiable_cl.components import load_config
+    from identifiable_cl.training import Trainer
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run_dir = tmp_path / "run"
+    Trainer.create(load_config(None, {**TINY, "train.steps": 10, "train.figures": False}), run_dir, progress=False).run()
+    run_id = rundir.read_meta(run_dir)["wandb_id"]
+    for steps in (20, 30):
+        Trainer.resume(run_dir, {"train.steps": steps}, progress=False).run()
+    wandb.teardown()
+    pieces = sorted(p.name for p in (run_dir / "wandb").glob("offline-run-*"))
+    assert len(pieces) == 3 and all(p.endswith(f"-{run_id}") for p in pieces)
+    said = capsys.readouterr().err
+    assert f"W&B: continuing the run's W&B run {run_id} from step 10 (1 earlier piece in" in said
+    assert f"W&B: continuing the run's W&B run {run_id} from step 20 (2 earlier pieces in" in said
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("wandb"))
+    monkeypatch.setenv("WANDB_RUN_ID", "other1")
+    Trainer.resume(copy, {"train.steps": 40}, progress=False).run()
+    wandb.teardown()
+    said = capsys.readouterr().err
+    assert (f"W&B: continuing the run's W&B run {run_id} from step 30; none of its earlier files is in "
+            f"{copy / 'wandb'}") in said and "WANDB_RUN_ID=other1 is not used" in said
+    assert [p.name.endswith(f"-{run_id}") for p in (copy / "wandb").glob("offline-run-*")] == [True]
+
+
+def test_a_new_run_takes_the_agent_s_run_id_and_packed_runs_their_own(tmp_path, monkeypatch, no_credentials):
+    from identifiable_cl import rundir
+    from identifiable_cl.cli.train import train_pack
+    from identifiable_cl.components import load_config
+    from identifiable_cl.training import Trainer
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("WANDB_RUN_ID", "agent42")
+    Trainer.create(load_config(None, {**TINY, "train.steps": 2}), tmp_path / "one", progress=False).run()
+    assert rundir.read_meta(tmp_path / "one")["wandb_id"] == "agent42"
+    specs = [(load_config(None, {**TINY, "train.steps": 2, "seed": s}), tmp_path / f"p{s}", f"sweep{s}", None)
+             for s in (0, 1)]
+    train_pack(specs)
+    assert [rundir.read_meta(tmp_path / f"p{s}")["wandb_id"] for s in (0, 1)] == ["sweep0", "sweep1"]
+    monkeypatch.delenv("WANDB_RUN_ID")
+    Trainer.create(load_config(None, {**TINY, "train.steps": 2}), tmp_path / "two", progress=False).run()
+    fresh = rundir.read_meta(tmp_path / "two")["wandb_id"]
+    assert rundir.WANDB_ID.fullmatch(fresh) and len(fresh) == 8 and fresh != "agent42"

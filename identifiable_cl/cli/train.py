@@ -84,8 +84,8 @@ def train_pack(runs: Sequence[tuple[Mapping[str, Any], Path, str | None]]) -> li
     check_packable(built)
     trainers = []
     for (config, run_dir, wandb_id, wandb_name), components in zip(runs, built):
-        trainer = Trainer.from_spec(config, run_dir, progress=False, components=components)
-        trainer.wandb_id, trainer.wandb_name = wandb_id, wandb_name
+        trainer = Trainer.from_spec(config, run_dir, progress=False, components=components, wandb_id=wandb_id)
+        trainer.wandb_name = wandb_name
         trainers.append(trainer)
         print(f"run directory: {run_dir}")
     print(trainers[0].c.process.describe())

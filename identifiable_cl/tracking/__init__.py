@@ -35,12 +35,12 @@ def check_tracking(config: Mapping[str, Any]) -> None:
 
 
 def open_tracker(config: Mapping[str, Any], run_dir: Path, shared: bool = False, run_id: str | None = None,
-                 name: str | None = None) -> Tracker:
+                 name: str | None = None, resumed_at: int | None = None) -> Tracker:
     """The W&B tracker when the ``wandb`` extra is installed and not disabled, else a silent one.
 
-    ``shared``: one of several runs trained side by side in this process (packed runs), with
-    the W&B run id ``run_id`` and name ``name`` when given.
+    ``shared``: one of several runs trained side by side in this process (packed runs), named ``name`` when
+    given; ``run_id``: the run's W&B run id, continued from step ``resumed_at`` (None: a new run).
     """
     from identifiable_cl.tracking.wandb import open_wandb
 
-    return open_wandb(config, run_dir, shared, run_id, name) or Tracker()
+    return open_wandb(config, run_dir, shared, run_id, name, resumed_at) or Tracker()

@@ -26,6 +26,11 @@ With ``wandb.verbose: false`` (the default) W&B prints nothing (no banner,
 history or summary lines) and does not capture the console; ``true`` keeps
 W&B's own output.
 
+One run is one W&B run: its id is chosen when the run directory is made (``WANDB_RUN_ID``, as a sweep agent or the
+local runner sets it, or a new one) and kept in ``meta.json``; every resume passes it back with
+``resume="allow"`` (:func:`open_wandb`). A resumed run logs again from its checkpoint's step, so W&B, whose steps
+only go forward, keeps the records it already had for the steps between that checkpoint and the interruption.
+
 Records are logged at their training step; a list of numbers (e.g. the learned
 Λ̂) is logged as one scalar per entry, ``key/0``, ``key/1``, ..., so W&B draws
 each over time; figures are logged as ``figures/<name>`` images.
@@ -112,6 +117,19 @@ def expand_lists(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def continued(run_id: str, run_dir: Path, step: int, environ_id: str | None = None) -> str:
+    """The line a resumed run prints about its W&B run ``run_id``: continued from ``step``, with the earlier pieces
+    found in ``run_dir/wandb`` or none (a copied folder, deleted files), and a ``WANDB_RUN_ID`` that is not used."""
+    pieces = sorted((Path(run_dir) / "wandb").glob(f"*run-*-{run_id}"))
+    line = f"W&B: continuing the run's W&B run {run_id} from step {step}"
+    line += (f" ({len(pieces)} earlier piece{'s' if len(pieces) != 1 else ''} in {Path(run_dir) / 'wandb'})" if pieces
+             else f"; none of its earlier files is in {Path(run_dir) / 'wandb'} (a copied run directory, or deleted "
+                  "files): W&B joins this piece to that run wherever the earlier ones were synced")
+    if environ_id and environ_id != run_id:
+        line += f"; WANDB_RUN_ID={environ_id} is not used: the run keeps the id it began with"
+    return line
+
+
 class WandbTracker(Tracker):
     """Mirrors a run's records, figures and summary into one W&B run."""
 
@@ -141,15 +159,20 @@ class WandbTracker(Tracker):
 
 
 def open_wandb(
-    config: Mapping[str, Any], run_dir: Path, shared: bool = False, run_id: str | None = None, name: str | None = None
+    config: Mapping[str, Any], run_dir: Path, shared: bool = False, run_id: str | None = None, name: str | None = None,
+    resumed_at: int | None = None,
 ) -> WandbTracker | None:
     """A W&B tracker for this run, or None when ``wandb`` is not installed or W&B is disabled.
 
+    ``run_id``: the run's own W&B run id (``meta.json``'s), passed as ``wandb.init(id=..., resume="allow")``, so
+    that a resumed, requeued or restarted run continues the one W&B run it began, online and offline (each offline
+    piece an ``offline-run-*-<id>`` folder that ``wandb sync`` joins); on a resume from step ``resumed_at`` one line
+    on stderr says which W&B run goes on, and whether its earlier files are in this run directory.
+
     ``shared``: the run is one of several W&B runs open side by side in this process (packed
-    runs); each gets a new W&B run instead of finishing the one before, with the id ``run_id``
-    when given (a sweep's run id, which ``WANDB_RUN_ID`` cannot carry for several runs), named
+    runs); each gets a new W&B run instead of finishing the one before, named
     by ``wandb.name``, else ``name`` (a sweep's name for the run), else its run directory (not by
-    ``WANDB_NAME``, for the same reason).
+    ``WANDB_NAME``, which cannot name several runs).
 
     A failure to start W&B is reported on stderr and the run goes on with its own files only.
     """
@@ -163,8 +186,10 @@ def open_wandb(
     if shared:
         kwargs["reinit"] = "create_new"
         kwargs.setdefault("name", name or Path(run_dir).name)  # one WANDB_NAME cannot name several runs
-        if run_id is not None:
-            kwargs["id"] = run_id
+    if run_id is not None:
+        kwargs.update(id=run_id, resume="allow")
+        if resumed_at is not None:
+            print(continued(run_id, Path(run_dir), resumed_at, os.environ.get("WANDB_RUN_ID")), file=sys.stderr)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     try:
         run = wandb.init(**kwargs)

@@ -2,8 +2,8 @@
 
 torch computes a float32 ``nn.Linear`` on a CPU with its BLAS (MKL in the x86 wheels), which leaves
 the 512-bit units of AMD CPUs with AVX-512 unused; oneDNN (the library torch already uses for bf16)
-uses them (``icl bench --only precision`` prints the training step with either backend; the README's
-Benchmarks section has the figures).
+uses them (``icl bench --only precision`` prints the training step with either backend; docs/benchmarks.md
+has the figures).
 
 ``train.matmul`` chooses the backend of :class:`Linear` (the encoder's layers):
 

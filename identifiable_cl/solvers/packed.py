@@ -15,8 +15,8 @@ the summed losses' gradient (each run receives exactly its own), clipped per run
 the stacks with per-run learning rates and weight decays
 (:class:`~identifiable_cl.solvers.stacked_adam.StackedAdam`). Each run follows its stand-alone
 trajectory to rounding. On a CPU the runs take their own steps in turn instead (the default there: the
-encoders' matrix products already keep the cores busy, so the batched pass gains nothing; the README's
-Benchmarks section has the figures), and each run follows its stand-alone trajectory exactly.
+encoders' matrix products already keep the cores busy, so the batched pass gains nothing; docs/benchmarks.md
+has the figures), and each run follows its stand-alone trajectory exactly.
 The run loop is :func:`identifiable_cl.training.run_packed`, the one every run takes (a single run
 is a pack of one): evaluation, checkpoints, logs and the run directory are those of
 :class:`identifiable_cl.training.Trainer`, one per run, so a packed run's directory is the one it

@@ -217,7 +217,7 @@ RUN_CASES = {
         ["plot", "run"], damaged_metrics('{"step": 30, "loss": NaN}'), 2,
         "metrics.jsonl: line 3: loss=nan is not a metric value (a finite number, null, or a list of them)"),
     "resume of metrics holding a word": (
-        ["train", "--resume", "run"], damaged_metrics('{"step": 30, "loss": "high"}'), 2,
+        ["train", "--resume", "run", "--train.steps=40"], damaged_metrics('{"step": 30, "loss": "high"}'), 2,
         "metrics.jsonl: line 3: loss='high' is not a metric value"),
     "evaluate of a run whose meta.json holds a number as its command": (
         ["evaluate", "run"], meta_field("command", 5), 2,
@@ -401,3 +401,15 @@ def test_a_refused_run_leaves_no_folder_under_out(tmp_path, monkeypatch):
     exit_code, said = icl(["train", "--out", "out", "--train.steps=1"], tmp_path)
     assert exit_code == 2 and "is not a folder" in said, said
     assert not (tmp_path / "out").exists()
+
+
+def test_resuming_a_finished_run_says_so_and_changes_nothing(run):
+    """A no-op leaves every file as it was, its modification time included, and starts no W&B run."""
+    times = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    before = snapshot(run)
+    exit_code, said = icl(["train", "--resume", "run"], run.parent)
+    assert exit_code == 0
+    assert said.strip() == ("run: finished, at step 20 of train.steps=20; nothing to do, nothing changed (train it "
+                            "further with icl train --resume run --train.steps=N, N > 20; measure it again with icl "
+                            "evaluate run)")
+    assert snapshot(run) == before and {p: p.stat().st_mtime_ns for p in run.rglob("*")} == times

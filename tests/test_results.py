@@ -151,3 +151,11 @@ def test_icl_evaluate_prints_the_random_rotation_reference_beside_block_aware_mc
     del summary["mcc_block_aware_random_rotation"]
     assert main(["evaluate", str(tmp_path)]) == 0
     assert "random rotation" not in capsys.readouterr().out  # a summary from before the reference existed
+
+
+def test_a_metric_no_run_records_is_refused_with_the_closest_ones(sweep_dir, capsys):
+    assert main(["results", str(sweep_dir), "--metrics", "r2_linaer,mcc_pearson"]) == 2
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert ("--metrics: no finished run records 'r2_linaer' (did you mean r2_linear" in said.err
+            and "takes keys of the runs' summary.json" in said.err)

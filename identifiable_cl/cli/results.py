@@ -15,6 +15,19 @@ def _keys(option: str, text: str | None) -> list[str] | None:
     return keys
 
 
+def refuse_unknown_metrics(metrics: list[str] | None, runs: list) -> None:
+    """A ValueError naming each of ``metrics`` that no finished run's summary holds, with the closest ones they do."""
+    import difflib
+
+    held = sorted({key for run in runs if run.summary for key in run.summary})
+    unknown = [m for m in metrics or () if m not in held]
+    if unknown and held:
+        hints = [f"{m!r}" + (f" (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(m, held, n=3))
+                             else "") for m in unknown]
+        raise ValueError(f"--metrics: no finished run records {', '.join(hints)}; icl results --metrics KEYS takes "
+                         "keys of the runs' summary.json")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.consistency:
         from identifiable_cl.aggregate import find_runs
@@ -29,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     group_by, metrics, fmt = _keys("--group-by", args.group_by), _keys("--metrics", args.metrics), args.format or "md"
     runs, keys, groups = grouped(args.dirs, group_by)
+    refuse_unknown_metrics(metrics, runs)
     print(table(runs, keys, groups, metrics=metrics, fmt=fmt))
     if fmt == "md" and metrics is None:
         from identifiable_cl.cli.tables import subset_group_tables

@@ -178,6 +178,17 @@ def stoppable():
         STOP.clear()
 
 
+def finished(spec: Any) -> bool:
+    """Whether ``spec`` resumes a run that has already reached its ``train.steps`` and written its summary, no other
+    process writing it (one that does is a ValueError naming its pid, :func:`identifiable_cl.rundir.owned`)."""
+    from identifiable_cl import rundir
+
+    if spec.mode != "resume" or spec.state is None or int(spec.state["step"]) < spec["train"]["steps"]:
+        return False
+    with rundir.owned(spec.run_dir):
+        return (spec.run_dir / rundir.SUMMARY).is_file()
+
+
 def run(args: argparse.Namespace) -> int:
     from identifiable_cl.cli.tables import results_table
     from identifiable_cl.components import resolve, use_threads
@@ -196,6 +207,12 @@ def run(args: argparse.Namespace) -> int:
         if args.resume and args.config:
             raise ValueError("--resume takes the config saved in the run directory; do not pass CONFIG too")
         spec = resolve(args.resume or args.config, overrides, "resume" if args.resume else "new")
+        if finished(spec):
+            steps = spec["train"]["steps"]
+            print(f"{args.resume}: finished, at step {steps} of train.steps={steps}; nothing to do, nothing changed "
+                  f"(train it further with icl train --resume {args.resume} --train.steps=N, N > {steps}; measure it "
+                  f"again with icl evaluate {args.resume})")
+            return 0
         if spec.mode == "resume" or args.run_dir:
             trainer = Trainer.from_spec(spec, args.run_dir and Path(args.run_dir), progress)
         else:

@@ -259,7 +259,10 @@ def check(config: Mapping[str, Any]) -> RunSpec:
     CPU, applies :func:`check_fit` (and the rules of views: :func:`check_views`, and for contrasted subsets of
     views :func:`identifiable_cl.solvers.subsets.check_subsets`), then evaluates the run's loss once on
     ``min(batch_size, 3)`` anchors (a batch of one fails for losses that draw negatives from the batch).
+    A part of a config (some sections, or dotted keys) is read over the defaults first, as :func:`resolve` reads it.
     """
+    if isinstance(config, Mapping) and not set(DEFAULTS) <= set(config):
+        return resolve(config)
     validate(config)
     config = with_cross_defaults(config)
     process = dgp.check_process(config["dgp"], seed=config["seed"])

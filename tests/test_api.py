@@ -130,3 +130,14 @@ def test_assembling_anything_but_a_spec_is_one_line_and_a_new_run_needs_its_fold
     with pytest.raises(ValueError, match="^Trainer.from_spec: a new run needs run_dir, the folder it is written to"):
         Trainer.from_spec(resolve(None, {"train.steps": 1}))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_check_reads_a_part_of_a_config_over_the_defaults():
+    import identifiable_cl as icl
+
+    assert icl.check({"loss": {"tau": 0.5}})["loss"]["tau"] == 0.5
+    assert icl.check({"train.steps": 7})["train"]["steps"] == 7
+    for partial, message in (({"loss": {"tau": -1}}, "loss.tau=-1 is invalid: must be > 0"),
+                             ({"lss.tau": 1}, "lss.tau=1 is invalid: unknown config key")):
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+            icl.check(partial)

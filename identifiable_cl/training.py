@@ -149,9 +149,9 @@ class Trainer:
         return self.c.steps_done >= self.c.config["train"]["steps"]
 
     def begin(self) -> None:
-        """Before the first step: the identity baseline, the initial checkpoint, the progress display."""
+        """Before the first step: the initial checkpoint, the progress display (the identity baseline waits for the
+        end, :meth:`end`: it draws from its own stream, so when it is measured changes none of its numbers)."""
         c = self.c
-        self._identity = self.identity()
         if c.steps_done == 0:
             self.save_checkpoint()
         self._progress = Progress(self.progress, c.config["train"]["steps"], c.steps_done)
@@ -206,7 +206,7 @@ class Trainer:
         )
 
     def end(self) -> dict[str, Any]:
-        """After the last step: final checkpoint, summary, readout; returns the summary."""
+        """After the last step: the identity baseline, final checkpoint, summary, readout; returns the summary."""
         c, progress = self.c, self._progress
         progress.bar.close()
         wall = time.perf_counter() - progress.started
@@ -214,8 +214,10 @@ class Trainer:
             latest = progress.latest or evaluation(c, True, self.measured)  # a resumed finished run: once more
         c.extra["wall_s"] = c.extra.get("wall_s", 0.0) + wall
         c.extra["steps_timed"] = c.extra.get("steps_timed", 0) + (c.steps_done - progress.start_step)
+        with evaluating():
+            identity = self.identity()
         self.save_checkpoint()
-        summary = self.summarize(latest, self._identity)
+        summary = self.summarize(latest, identity)
         with evaluating():
             self._readout()
         self.folder.finish(summary)

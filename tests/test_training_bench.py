@@ -69,7 +69,7 @@ def test_overhead_section_reports_fresh_processes():
     assert out["run_over_floor"] == pytest.approx(out["run_s"] / 20 / (out["floor_ms"] / 1e3))
     assert any("20-step default run" in line for line in lines)
     for parts in (out["parts"], out["parts_offline"]):
-        named = {k: v for k, v in parts.items() if k not in ("total", "wall")}
+        named = {k: v for k, v in parts.items() if k not in ("total", "wall", "first_step")}
         assert all(v >= 0 for v in named.values()) and named["evaluation"] > 0 and named["identity"] > 0
         assert sum(named.values()) == pytest.approx(parts["wall"], rel=1e-3)
     assert out["parts"]["wandb"] < 0.01 < out["parts_offline"]["wandb"]
@@ -86,6 +86,8 @@ def test_the_overhead_probe_times_each_part_of_a_run(tmp_path, capsys):
 
     assert overhead.main([str(tmp_path / "run"), *tiny_args(**{"train.steps": 2, "train.figures": True})]) == 0
     parts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(parts) == {*overhead.PARTS, "total", "exit_code"} and parts["exit_code"] == 0
+    assert set(parts) == {*overhead.PARTS, "total", "first_step", "exit_code"} and parts["exit_code"] == 0
     assert all(parts[p] > 0 for p in ("build", "identity", "steps", "evaluation", "figures", "rest"))
     assert sum(parts[p] for p in overhead.PARTS) == pytest.approx(parts["total"], abs=1e-3)
+    # the identity baseline is measured after training: the first step comes before it
+    assert parts["first_step"] <= parts["total"] - parts["identity"]

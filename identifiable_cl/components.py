@@ -212,6 +212,9 @@ def check_aux(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module) 
     if not getattr(loss, "uses_aux", False):
         return
     name, marginal = config["loss"]["name"], process.marginal
+    if isinstance(getattr(loss, "segments", None), bool) or not isinstance(getattr(loss, "segments", None), int):
+        fail("loss.name", name, "it declares uses_aux (it reads each anchor's segment u), and a loss that does must "
+             "say how many segments it tells apart: give it a segments attribute, an int (see docs/plugins.md)")
     if marginal.segments is None:
         fail("loss.name", name, f"it reads each anchor's segment u, and dgp.marginal.name="
              f"{config['dgp']['marginal']['name']!r} draws none: use a marginal that does (segments)")

@@ -70,3 +70,17 @@ def test_a_stacked_pack_steps_each_run_as_alone(name):
         for mine, theirs in zip(c.loss.parameters(), p.loss.parameters()):
             torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-12)
             assert mine.grad is not None
+
+
+def test_a_plugin_loss_that_reads_segments_without_saying_how_many_is_refused_in_one_line():
+    """A loss declaring uses_aux must carry its number of segments (an int); without one the check says so, instead
+    of an AttributeError from inside the check."""
+    config = tiny_config(**SEGMENTS)
+    process = build(config).process
+    reader = SimpleNamespace(uses_aux=True)
+    for segments in (None, "20", True):
+        if segments is not None:
+            reader.segments = segments
+        with pytest.raises(ValueError, match=r"^loss\.name='infonce' is invalid: it declares uses_aux .* give it a "
+                                             r"segments attribute, an int"):
+            check_aux(config, process, reader)

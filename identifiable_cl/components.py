@@ -376,6 +376,7 @@ def _saved(run_dir: Any, overrides: Mapping[str, Any], mode: str) -> RunSpec:
                 raise ValueError(f"its step {reached} is outside 0..train.steps={config['train']['steps']}")
         except (KeyError, TypeError, ValueError) as exc:
             raise _damaged(checkpoint, exc) from exc
+        refuse_edited(config, state.get("trained"), run_dir)
         if mode == "resume":
             refuse_going_back(checked["train"]["steps"], reached)
     return RunSpec(checked, mode, run_dir, process, state)
@@ -383,6 +384,19 @@ def _saved(run_dir: Any, overrides: Mapping[str, Any], mode: str) -> RunSpec:
 
 def _untrained(run_dir: Path) -> ValueError:
     return ValueError(f"{str(run_dir)!r} has no {rundir.CHECKPOINT}: the run never reached its first step")
+
+
+def refuse_edited(config: Mapping[str, Any], trained: Mapping[str, Any] | None, run_dir: Path) -> None:
+    """A ValueError naming the first key of the run's ``config`` (its ``config.yaml`` as read, migrated, over the
+    defaults) whose value differs from the one its checkpoint was trained with (``trained``, the sections a resume may not change; None
+    in checkpoints written before it was kept), with both values."""
+    if not trained:
+        return
+    ours, theirs = flat_keys(config), flat_keys(trained)
+    for key in sorted(set(ours) & set(theirs)):
+        if canonical(ours[key]) != canonical(theirs[key]):
+            raise ValueError(f"{run_dir / rundir.CONFIG}: {key}={ours[key]!r} is not the {theirs[key]!r} its checkpoint "
+                             f"was trained with: the file was edited; restore it, or train a new run with the new value")
 
 
 def _damaged(checkpoint: Path, exc: BaseException) -> ValueError:

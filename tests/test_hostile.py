@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from identifiable_cl import rundir
 
@@ -190,6 +191,14 @@ def meta_field(name: str, value) -> callable:
     return damage
 
 
+def edited_config(key: str, value):
+    def damage(run: Path) -> None:
+        config = yaml.safe_load((run / rundir.CONFIG).read_text())
+        config["loss"][key] = value
+        (run / rundir.CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
+    return damage
+
+
 def checkpoint_folder(run: Path) -> None:
     (run / rundir.CHECKPOINT).unlink()
     (run / rundir.CHECKPOINT).mkdir()
@@ -225,6 +234,11 @@ RUN_CASES = {
     "resume of a run whose meta.json started at no time": (
         ["train", "--resume", "run", "--train.steps=30"], meta_field("started", "yesterday"), 2,
         "meta.json: started='yesterday' is not what a run writes there (a time as 2026-01-31T12:00:00+0000)"),
+    "resume of a run whose config.yaml was edited": (
+        ["train", "--resume", "run", "--train.steps=30"], edited_config("tau", 0.7), 2,
+        "config.yaml: loss.tau=0.7 is not the 0.1 its checkpoint was trained with: the file was edited; restore it"),
+    "evaluate of a run whose config.yaml was edited": (
+        ["evaluate", "run"], edited_config("tau", 0.7), 2, "loss.tau=0.7 is not the 0.1 its checkpoint was trained with"),
     "resume of a run whose checkpoint is a folder": (
         ["train", "--resume", "run", "--train.steps=30"], checkpoint_folder, 2,
         "checkpoint.pt' is a folder, not a file of its own"),

@@ -27,9 +27,17 @@ def run(tmp_path, monkeypatch):
     return tmp_path / "run"
 
 
+def without_trained(run_dir):
+    """The run's checkpoint as versions before 4 wrote it: without the config sections it was trained with."""
+    state = rundir.load_torch(run_dir / rundir.CHECKPOINT)
+    del state["trained"]
+    torch.save(state, run_dir / rundir.CHECKPOINT)
+
+
 def without_sampler(run_dir, version):
     """The run's files as schema ``version`` (< 3) wrote them: no dgp.sampler in config.yaml nor in dgp.pt's
     config, whose fingerprint is then that of a version 1 sampler."""
+    without_trained(run_dir)
     meta = rundir.read_json(run_dir / rundir.META)
     meta["schema_version"] = version
     (run_dir / rundir.META).write_text(json.dumps(meta))
@@ -162,6 +170,7 @@ def test_a_version_3_run_resumes_with_the_objective_it_began_with(tmp_path, monk
     Trainer.create(config, tmp_path / "run", progress=False).run()
     meta = rundir.read_json(tmp_path / "run" / rundir.META)
     (tmp_path / "run" / rundir.META).write_text(json.dumps({**meta, "schema_version": 3}))
+    without_trained(tmp_path / "run")
 
     def node(tree):
         for part in section.split("."):

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 import dgp
 from identifiable_cl.encoders import view_encoder
 from identifiable_cl.linear import tensor_float32
+from identifiable_cl.spec import CHANGEABLE
 from identifiable_cl.losses.blocked import loss_memory
 
 
@@ -175,7 +176,8 @@ class Solver:
 
     def state_dict(self) -> dict[str, Any]:
         """Tensors and plain containers only (loadable with ``torch.load(..., weights_only=True)``), each tensor
-        in storage of its own (:func:`compact`)."""
+        in storage of its own (:func:`compact`); ``trained``: the config sections a resume may not change, as this
+        run trains them, which opening the run checks its ``config.yaml`` against."""
         state = {
             "step": self.steps_done,
             "encoder": self.encoder.state_dict(),
@@ -183,6 +185,7 @@ class Solver:
             "optimizer": self.optimizer.state_dict(),
             "rng": {"batches": self.batches.get_state(), "torch": torch.get_rng_state()},
             "extra": self.extra,
+            "trained": {k: v for k, v in self.config.items() if k not in CHANGEABLE["resume"]},
         }
         if torch.cuda.is_available():
             state["rng"]["cuda"] = torch.cuda.get_rng_state_all()

@@ -206,8 +206,8 @@ def test_sigterm_ends_icl_train_as_interrupted_with_its_checkpoint(tmp_path, tin
 
 
 def test_sigterm_before_the_first_step_ends_icl_train_at_once_and_the_run_resumes(tmp_path, capsys):
-    """A scheduler's cancel during the identity baseline (seconds at the default run's final sizes) is honoured
-    there: exit 130 within seconds, the run's first files complete, and --resume trains it."""
+    """A scheduler's cancel before the first step (while the run starts W&B, seconds offline) is honoured there:
+    exit 130 within seconds, the run's first files complete, and --resume trains it."""
     run_dir = tmp_path / "run"
     argv = [sys.executable, "-u", "-m", "identifiable_cl.cli", "train", "--train.steps=2", "--run-dir", str(run_dir),
             "--quiet", "--train.figures=false"]
@@ -224,7 +224,7 @@ def test_sigterm_before_the_first_step_ends_icl_train_at_once_and_the_run_resume
         process.kill()
     assert process.returncode == 130, err
     assert "interrupted at step 0 of 2; no checkpoint was written yet" in err and "Traceback" not in err
-    assert waited < 30, f"the signal waited {waited:.1f} s"  # the baseline alone takes several seconds
+    assert waited < 30, f"the signal waited {waited:.1f} s"  # not after the run's 2 steps and final evaluation
     assert {p.name for p in run_dir.iterdir()} >= {rundir.CONFIG, rundir.META, rundir.DGP}
     assert main(["train", "--resume", str(run_dir), "--eval.nonlinear=false", "--quiet"]) == 0, capsys.readouterr().err
     assert (run_dir / rundir.SUMMARY).is_file()

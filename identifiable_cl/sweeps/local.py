@@ -39,6 +39,7 @@ sweep's command to be ``... icl train ...``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -52,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import yaml
 
@@ -62,6 +63,7 @@ from identifiable_cl.yamlfiles import load_yaml
 from identifiable_cl import rundir
 from identifiable_cl.rundir import CHECKPOINT, IDENTITY_CACHE, SUMMARY, lock, read_json, read_metrics, write_json
 from identifiable_cl.rundir import unlock as release
+from identifiable_cl.stops import Interrupted
 from identifiable_cl.sweeps.plan import PlannedRun
 from identifiable_cl.sweeps.render import describe, render_command
 from identifiable_cl.sweeps.spec import SweepSpec
@@ -357,6 +359,60 @@ def lost(status: Mapping[str, Any]) -> bool:
     return when is not None and time.time() - when.timestamp() > LOST_AFTER
 
 
+class Children:
+    """The runs this process has started and not yet waited for, and whether a stop signal has reached it: the
+    pool (:func:`run_groups`) forwards SIGINT, SIGTERM and SIGUSR2 to every live run (each stops with its
+    checkpoint, resumable), starts no more runs, and waits for them before it ends as interrupted."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.live: set[subprocess.Popen] = set()
+        self.signal: int | None = None
+
+    def add(self, process: subprocess.Popen) -> None:
+        with self.lock:
+            self.live.add(process)
+            if self.signal is not None:  # started as the signal arrived: it stops too
+                process.send_signal(self.signal)
+
+    def discard(self, process: subprocess.Popen) -> None:
+        with self.lock:
+            self.live.discard(process)
+
+    def forward(self, signum: int, frame: Any = None) -> None:
+        """The stop signal ``signum`` to every live run; no run starts after it."""
+        with self.lock:
+            self.signal = signum
+            for process in self.live:
+                if process.poll() is None:
+                    process.send_signal(signum)
+
+    @contextlib.contextmanager
+    def forwarding(self) -> Iterator[None]:
+        """Within the block, the stop signals reach every live run (:meth:`forward`); off the main thread, where
+        handlers cannot be set, nothing changes. The previous handlers come back after it."""
+        from identifiable_cl.stops import STOP_SIGNALS
+
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self.signal = None
+        previous = {sig: signal.signal(sig, self.forward) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+CHILDREN = Children()
+"""This process's live runs (:class:`Children`)."""
+
+
+class StoppedBySignal(Interrupted):
+    """The pool stopped on a signal after its runs stopped: ``icl`` prints the message and exits 130."""
+
+
 def _launch(argv: list[str], env: Mapping[str, str], log_path: Path, lock: int,
             record: Callable[[int | None], None], watch: Callable[[], bool] | None = None) -> tuple[int, bool]:
     """Run ``argv`` with its output in ``log_path``, passing it the lock; ``record(pid)`` once it runs and
@@ -373,19 +429,29 @@ def _launch(argv: list[str], env: Mapping[str, str], log_path: Path, lock: int,
         except OSError as exc:
             log.write(f"could not start {argv[0]!r}: {exc}\n")
             return 127, False
-        record(process.pid)
-        stopped, beat = False, time.monotonic()
-        while True:
-            watching = watch is not None and not stopped
-            try:
-                return process.wait(timeout=min(WATCH_EVERY, HEARTBEAT_EVERY) if watching else HEARTBEAT_EVERY), stopped
-            except subprocess.TimeoutExpired:
-                if time.monotonic() - beat >= HEARTBEAT_EVERY:
-                    record(None)
-                    beat = time.monotonic()
-                if watching and watch():
-                    stopped = True
-                    process.send_signal(signal.SIGINT)
+        CHILDREN.add(process)
+        try:
+            return _wait(process, record, watch)
+        finally:
+            CHILDREN.discard(process)
+
+
+def _wait(process: subprocess.Popen, record: Callable[[int | None], None],
+          watch: Callable[[], bool] | None) -> tuple[int, bool]:
+    """:func:`_launch`'s wait for ``process``: its exit code and whether ``watch`` stopped it."""
+    record(process.pid)
+    stopped, beat = False, time.monotonic()
+    while True:
+        watching = watch is not None and not stopped
+        try:
+            return process.wait(timeout=min(WATCH_EVERY, HEARTBEAT_EVERY) if watching else HEARTBEAT_EVERY), stopped
+        except subprocess.TimeoutExpired:
+            if time.monotonic() - beat >= HEARTBEAT_EVERY:
+                record(None)
+                beat = time.monotonic()
+            if watching and watch():
+                stopped = True
+                process.send_signal(signal.SIGINT)
 
 
 def _finish(run: PlannedRun, status: dict[str, Any], code: int, wall: float, stopped: bool = False) -> Outcome:
@@ -575,7 +641,8 @@ def run_groups(
     """The one worker pool: execute groups of runs (:func:`execute_pack`) on ``workers`` worker slots until
     ``next_group()`` returns None; it and ``done(outcomes)`` are called under one lock, and each ended
     run is reported by ``line``. Slot i runs on ``devices[i % len(devices)]``. Returns the outcomes in
-    the order the runs ended."""
+    the order the runs ended. A stop signal reaches every live run and starts no other (:class:`Children`); the
+    pool then ends, once they have, with :class:`StoppedBySignal`."""
     lock = threading.Lock()
     outcomes: list[Outcome] = []
 
@@ -584,7 +651,7 @@ def run_groups(
         where = f" on device {device}" if device is not None else ""
         while True:
             with lock:
-                group = next_group()
+                group = None if CHILDREN.signal is not None else next_group()
             if group is None:
                 return
             spec, runs = group
@@ -596,9 +663,16 @@ def run_groups(
                 for outcome in results:
                     echo(line(outcome, spec, len(outcomes), total, where))
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with CHILDREN.forwarding(), ThreadPoolExecutor(max_workers=workers) as pool:
         for future in [pool.submit(work, slot) for slot in range(workers)]:
             future.result()
+        stopped_by = CHILDREN.signal
+    if stopped_by is not None:
+        ended = [o for o in outcomes if o.shown == "interrupted"]
+        raise StoppedBySignal(
+            f"stopped by {signal.Signals(stopped_by).name}: {len(ended)} running run{'s' if len(ended) != 1 else ''} "
+            f"stopped with {'their checkpoints' if len(ended) != 1 else 'its checkpoint'} and no other started; run "
+            "it again to continue" + "".join(f"\n  interrupted: {o.run.run_id}, log {o.run.folder / LOG}" for o in ended))
     return outcomes
 
 

@@ -270,3 +270,46 @@ def test_a_bare_icl_runs_with_the_interpreter_that_planned_it():
     assert this_interpreter(["/usr/bin/env", "icl", "train", "--x=1"]) == [
         "/usr/bin/env", sys.executable, "-m", "identifiable_cl.cli", "train", "--x=1"]
     assert this_interpreter(["/opt/venv/bin/icl", "train"]) == ["/opt/venv/bin/icl", "train"]  # a path is kept
+
+
+@pytest.mark.integration
+def test_sigterm_to_the_runner_reaches_its_runs_which_stop_resumable_and_none_starts(tmp_path):
+    """``icl sweep run --workers 2`` sent SIGTERM: both running ``icl train`` runs get it and stop with their
+    checkpoints (resumable: a rerun of the sweep continues them), the third never starts, the runner waits for them
+    and exits 130 naming them; no run is left training on as an orphan."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests.tiny import TINY
+
+    fixed = {**TINY, "train.steps": 10 ** 6, "train.checkpoint_every": 5, "train.eval_every": 10 ** 6,
+             "train.figures": False}
+    sweep = {"name": "long", "method": "grid", "command": ["icl", "train", "${args}"],
+             "parameters": {**{k: {"value": v} for k, v in fixed.items()}, "seed": {"values": [0, 1, 2]}}}
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(sweep))
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "identifiable_cl.cli", "sweep", "run", str(tmp_path / "long.yaml"), "--out",
+            str(out), "--workers", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    runner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while sum(1 for _ in out.glob("long/*/run/checkpoint.pt")) < 2:
+            assert runner.poll() is None and time.monotonic() < deadline, runner.communicate()
+            time.sleep(0.5)
+        pids = [read_status(folder)["pid"] for folder in sorted(out.glob("long/*")) if (folder / RUN).is_dir()]
+        runner.send_signal(signal.SIGTERM)
+        said, err = runner.communicate(timeout=180)
+    finally:
+        runner.kill()
+    assert runner.returncode == 130, err
+    assert "stopped by SIGTERM: 2 running runs stopped with their checkpoints and no other started" in err, err
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    folders = [folder for folder in sorted(out.glob("long/*")) if folder.is_dir()]
+    assert len(folders) == 2  # the third run never started
+    assert sorted(read_status(folder)["exit_code"] for folder in folders) == [130, 130]
+    assert all((folder / RUN / "checkpoint.pt").is_file() for folder in folders)

@@ -25,7 +25,8 @@ left out of its fingerprint.
 Version 3 → 4: two objectives changed their default, which runs saved before trained without: ``gcl`` gained its
 learnt term of x alone (``loss.x_term``, null before), and the objective over contrasted subsets of views became
 the paper's joint form (``dgp.views.objective``, ``pairs`` before). The config records the earlier value where the
-run used that loss or contrasted subsets, so that it resumes with the objective it began with.
+run used that loss or contrasted subsets, and ``dgp.pt``'s process its objective (with the fingerprint of that
+config), so that the run resumes with the objective it began with.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import copy
 from typing import Any, Callable, Mapping
 
 import dgp
+from dgp import checks
 from dgp.process import saved_config
 from identifiable_cl.config import set_default
 from identifiable_cl.rundir import SCHEMA_VERSION
@@ -82,7 +84,27 @@ def _from_3(config: dict[str, Any], saved: dict[str, Any]) -> Saved:
     views = (config.get("dgp") or {}).get("views")
     if isinstance(views, dict) and views.get("contrast") is not None:
         views.setdefault("objective", "pairs")
+    drew = (saved.get("config") or {}).get("views") if isinstance(saved.get("config"), dict) else None
+    if isinstance(drew, dict) and drew.get("contrast") is not None and "objective" not in drew:
+        saved = _with_config(saved, {**saved["config"], "views": {**drew, "objective": "pairs"}})
     return config, saved
+
+
+def _with_config(saved: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` (a ``dgp.pt`` mapping) with its process's ``config`` replaced by ``config``, which draws the same
+    parameters, and its fingerprint recomputed; unchanged when it does not load as written (damaged or altered:
+    :func:`dgp.load_process` then says what is wrong)."""
+    try:
+        with checks.checking():  # the saved state replaces every drawn parameter: skip the costly draws
+            written = dgp.Process(saved_config(saved["config"]), saved["seed"])
+            written.load_state_dict(saved["state"])
+            now = dgp.Process(saved_config(config), saved["seed"])
+            now.load_state_dict(saved["state"])
+    except (KeyError, RuntimeError, TypeError, ValueError, AttributeError):
+        return saved
+    if saved.get("fingerprint") != written.fingerprint():
+        return saved
+    return {**saved, "config": config, "fingerprint": now.fingerprint()}
 
 
 STEPS: dict[int, Callable[[dict[str, Any], dict[str, Any]], Saved]] = {1: _from_1, 2: _from_2, 3: _from_3}

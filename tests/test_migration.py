@@ -1,5 +1,6 @@
 """Run folders of older schema versions load as the runs they were, through one migrate()."""
 
+import copy
 import json
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 import yaml
 
 import dgp
+from dgp.checks import canonical
 from identifiable_cl import rundir
 from identifiable_cl.components import assemble, load_run, resolve
 from identifiable_cl.config import DEFAULTS
@@ -180,8 +182,19 @@ def test_a_version_3_run_resumes_with_the_objective_it_began_with(tmp_path, monk
     written = yaml.safe_load((tmp_path / "run" / rundir.CONFIG).read_text())
     del node(written)[option]
     (tmp_path / "run" / rundir.CONFIG).write_text(yaml.safe_dump(written, sort_keys=False))
+    if section.startswith("dgp."):  # dgp.pt's config, and the fingerprint of it, as version 3 wrote them
+        saved = rundir.load_torch(tmp_path / "run" / rundir.DGP)
+        process = dgp.load_process(saved)
+        config = copy.deepcopy(saved["config"])
+        del node({"dgp": config})[option]
+        header = canonical({"config": {k: v for k, v in config.items() if (k, v) != ("sampler", 1)},
+                            "seed": process.seed})
+        torch.save({**saved, "config": config, "fingerprint": process.fingerprint_of(header)},
+                   tmp_path / "run" / rundir.DGP)
     assert not solver_reads(assemble(resolve(None, {**TINY, **extra})))  # today's default is another
     c = load_run(tmp_path / "run")
     assert node(c.config)[option] == before and solver_reads(c)
+    if section.startswith("dgp."):  # the process the run resumes with has it too
+        assert getattr(c.process.views, option) == before
     assert Trainer.resume(tmp_path / "run", {"train.steps": 20}, progress=False).run()["steps"] == 20
     assert node(yaml.safe_load((tmp_path / "run" / rundir.CONFIG).read_text()))[option] == before

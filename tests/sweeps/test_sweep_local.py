@@ -309,7 +309,47 @@ def test_sigterm_to_the_runner_reaches_its_runs_which_stop_resumable_and_none_st
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    folders = [folder for folder in sorted(out.glob("long/*")) if folder.is_dir()]
+    folders = [folder for folder in sorted(out.glob("long/*")) if (folder / RUN).is_dir()]
     assert len(folders) == 2  # the third run never started
     assert sorted(read_status(folder)["exit_code"] for folder in folders) == [130, 130]
     assert all((folder / RUN / "checkpoint.pt").is_file() for folder in folders)
+
+
+@pytest.mark.integration
+def test_a_sweep_run_interrupted_and_continued_by_a_rerun_is_one_wandb_run(tmp_path):
+    """Offline W&B: the run's pieces before and after the rerun of its sweep share the run's one W&B id, the id
+    the runner gave it (its status) and the one its meta.json keeps."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from identifiable_cl import rundir
+    from tests.tiny import TINY
+
+    fixed = {**TINY, "train.steps": 4000, "train.checkpoint_every": 5, "train.eval_every": 4000, "train.figures": False}
+    sweep = {"name": "one", "method": "grid", "command": ["icl", "train", "${args}"],
+             "parameters": {**{k: {"value": v} for k, v in fixed.items()}, "seed": {"values": [0]}}}
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(sweep))
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "identifiable_cl.cli", "sweep", "run", str(tmp_path / "one.yaml"), "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HOME": str(tmp_path / "home")}
+    env.pop("WANDB_API_KEY", None)
+    runner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(out.glob("one/*/run/checkpoint.pt")):
+            assert runner.poll() is None and time.monotonic() < deadline, runner.communicate()
+            time.sleep(0.2)
+        runner.send_signal(signal.SIGTERM)
+        runner.communicate(timeout=180)
+    finally:
+        runner.kill()
+    assert runner.returncode == 130
+    again = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr
+    [folder] = [f for f in out.glob("one/*") if (f / RUN).is_dir()]
+    run_id = rundir.read_meta(folder / RUN)["wandb_id"]
+    assert read_status(folder)["wandb_id"] == run_id
+    pieces = sorted(p.name for p in (folder / RUN / "wandb").glob("offline-run-*"))
+    assert len(pieces) == 2 and all(p.endswith(f"-{run_id}") for p in pieces), pieces

@@ -81,7 +81,7 @@ def test_config_keys_lists_every_key_with_type_default_allowed_and_doc(capsys):
         assert f"{section}.name" in rows, section
     assert "int" in rows["train.steps"] and "3000" in rows["train.steps"] and ">= 1" in rows["train.steps"]
     assert "float | null" in rows["optim.grad_clip"] and "null" in rows["optim.grad_clip"]
-    assert "fp32 | bf16" in rows["train.precision"]
+    assert "fp32 | tf32 | bf16" in rows["train.precision"]
     # a component section: the names it allows, then its default component's options with their defaults
     assert "infonce" in rows["loss.name"] and "aninfonce | ensemble" in rows["loss.name"]
     assert rows["loss.tau"].split()[1:3] == ["float", "0.1"] and "temperature" in rows["loss.tau"]

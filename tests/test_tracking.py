@@ -298,6 +298,7 @@ def test_a_run_resumed_twice_is_one_wandb_run(tmp_path, monkeypatch, no_credenti
     import wandb
 
     from identifiable_cl import rundir
+    from identifiable_cl.tracking.wandb import piece_of
     from identifiable_cl.components import load_config
     from identifiable_cl.training import Trainer
 
@@ -309,7 +310,8 @@ def test_a_run_resumed_twice_is_one_wandb_run(tmp_path, monkeypatch, no_credenti
         Trainer.resume(run_dir, {"train.steps": steps}, progress=False).run()
     wandb.teardown()
     pieces = sorted(p.name for p in (run_dir / "wandb").glob("offline-run-*"))
-    assert len(pieces) == 3 and all(p.endswith(f"-{run_id}") for p in pieces)
+    assert len(pieces) == 3 and all(piece_of(p, run_id) for p in pieces)  # W&B adds -1, -2 within one second
+    assert not piece_of(pieces[0], run_id + "x") and not piece_of(pieces[0].replace("offline-", "late-"), run_id)
     said = capsys.readouterr().err
     assert f"W&B: continuing the run's W&B run {run_id} from step 10 (1 earlier piece in" in said
     assert f"W&B: continuing the run's W&B run {run_id} from step 20 (2 earlier pieces in" in said
@@ -321,7 +323,7 @@ def test_a_run_resumed_twice_is_one_wandb_run(tmp_path, monkeypatch, no_credenti
     said = capsys.readouterr().err
     assert (f"W&B: continuing the run's W&B run {run_id} from step 30; none of its earlier files is in "
             f"{copy / 'wandb'}") in said and "WANDB_RUN_ID=other1 is not used" in said
-    assert [p.name.endswith(f"-{run_id}") for p in (copy / "wandb").glob("offline-run-*")] == [True]
+    assert [piece_of(p.name, run_id) for p in (copy / "wandb").glob("offline-run-*")] == [True]
 
 
 def test_a_new_run_takes_the_agent_s_run_id_and_packed_runs_their_own(tmp_path, monkeypatch, no_credentials):

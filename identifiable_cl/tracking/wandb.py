@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import netrc
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -117,10 +118,16 @@ def expand_lists(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def piece_of(folder: str, run_id: str) -> bool:
+    """Whether W&B's folder ``folder`` (``offline-run-<time>-<id>``, or ``run-...`` online; a second start in the same
+    second adds ``-1``, ``-2`` ...) holds a piece of the W&B run ``run_id``."""
+    return re.fullmatch(rf"(offline-)?run-\d{{8}}_\d{{6}}-{re.escape(run_id)}(-\d+)?", folder) is not None
+
+
 def continued(run_id: str, run_dir: Path, step: int, environ_id: str | None = None) -> str:
     """The line a resumed run prints about its W&B run ``run_id``: continued from ``step``, with the earlier pieces
     found in ``run_dir/wandb`` or none (a copied folder, deleted files), and a ``WANDB_RUN_ID`` that is not used."""
-    pieces = sorted((Path(run_dir) / "wandb").glob(f"*run-*-{run_id}"))
+    pieces = [p for p in (Path(run_dir) / "wandb").glob("*run-*") if piece_of(p.name, run_id)]
     line = f"W&B: continuing the run's W&B run {run_id} from step {step}"
     line += (f" ({len(pieces)} earlier piece{'s' if len(pieces) != 1 else ''} in {Path(run_dir) / 'wandb'})" if pieces
              else f"; none of its earlier files is in {Path(run_dir) / 'wandb'} (a copied run directory, or deleted "

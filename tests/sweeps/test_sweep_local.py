@@ -325,6 +325,7 @@ def test_a_sweep_run_interrupted_and_continued_by_a_rerun_is_one_wandb_run(tmp_p
     import time
 
     from identifiable_cl import rundir
+    from identifiable_cl.tracking.wandb import piece_of
     from tests.tiny import TINY
 
     fixed = {**TINY, "train.steps": 4000, "train.checkpoint_every": 5, "train.eval_every": 4000, "train.figures": False}
@@ -352,4 +353,4 @@ def test_a_sweep_run_interrupted_and_continued_by_a_rerun_is_one_wandb_run(tmp_p
     run_id = rundir.read_meta(folder / RUN)["wandb_id"]
     assert read_status(folder)["wandb_id"] == run_id
     pieces = sorted(p.name for p in (folder / RUN / "wandb").glob("offline-run-*"))
-    assert len(pieces) == 2 and all(p.endswith(f"-{run_id}") for p in pieces), pieces
+    assert len(pieces) == 2 and all(piece_of(p, run_id) for p in pieces), pieces

@@ -211,15 +211,15 @@ def check_aux(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module) 
     latent, whose segment no view's pairing carries)."""
     if not getattr(loss, "uses_aux", False):
         return
-    name, marginal = config["loss"]["name"], process.marginal
-    if isinstance(getattr(loss, "segments", None), bool) or not isinstance(getattr(loss, "segments", None), int):
+    name, marginal, segments = config["loss"]["name"], process.marginal, getattr(loss, "segments", None)
+    if isinstance(segments, bool) or not isinstance(segments, int):
         fail("loss.name", name, "it declares uses_aux (it reads each anchor's segment u), and a loss that does must "
              "say how many segments it tells apart: give it a segments attribute, an int (see docs/plugins.md)")
     if marginal.segments is None:
         fail("loss.name", name, f"it reads each anchor's segment u, and dgp.marginal.name="
              f"{config['dgp']['marginal']['name']!r} draws none: use a marginal that does (segments)")
-    if loss.segments != marginal.segments:
-        fail("loss.segments", loss.segments, f"the process draws {marginal.segments} segments "
+    if segments != marginal.segments:
+        fail("loss.segments", segments, f"the process draws {marginal.segments} segments "
              "(dgp.marginal.segments): give both the same")
     if not getattr(process.conditional, "keeps_segment", False):
         fail("dgp.conditional.name", config["dgp"]["conditional"]["name"], f"loss {name!r} reads each positive as an "
@@ -388,8 +388,8 @@ def _untrained(run_dir: Path) -> ValueError:
 
 def refuse_edited(config: Mapping[str, Any], trained: Mapping[str, Any] | None, run_dir: Path) -> None:
     """A ValueError naming the first key of the run's ``config`` (its ``config.yaml`` as read, migrated, over the
-    defaults) whose value differs from the one its checkpoint was trained with (``trained``, the sections a resume may not change; None
-    in checkpoints written before it was kept), with both values."""
+    defaults) whose value differs from the one its checkpoint was trained with (``trained``, the sections a resume
+    may not change; None in checkpoints written before it was kept), with both values."""
     if not trained:
         return
     ours, theirs = flat_keys(config), flat_keys(trained)

@@ -60,10 +60,8 @@ def schema_version(meta: Mapping[str, Any] | None) -> int:
 def _from_1(config: dict[str, Any], saved: dict[str, Any]) -> Saved:
     for key, value in VERSION_1_BEHAVIOUR.items():
         set_default(config, key, value)
-    try:
-        process = dgp.Process(saved_config(saved["config"]), saved["seed"])
-        process.load_state_dict(saved["state"])
-    except (KeyError, RuntimeError, TypeError, ValueError, AttributeError):
+    process = _rebuilt(saved, saved.get("config"))
+    if process is None:
         return config, saved  # damaged: dgp.load_process says what is wrong
     written = {k: v for k, v in process.config.items() if k != "sampler"}  # as version 1 wrote it
     if saved.get("fingerprint") == process.fingerprint_of({"config": written, "seed": process.seed}):
@@ -90,19 +88,24 @@ def _from_3(config: dict[str, Any], saved: dict[str, Any]) -> Saved:
     return config, saved
 
 
+def _rebuilt(saved: dict[str, Any], config: Any) -> dgp.Process | None:
+    """The process of ``config`` with ``saved``'s seed and drawn parameters (``dgp.pt``'s mapping), built as
+    :func:`dgp.load_process` builds it; None when they do not fit (damaged: ``load_process`` then says why)."""
+    try:
+        with checks.checking():  # the saved state replaces every drawn parameter: skip the costly draws
+            process = dgp.Process(saved_config(config), saved["seed"])
+        process.load_state_dict(saved["state"])
+    except (KeyError, RuntimeError, TypeError, ValueError, AttributeError):
+        return None
+    return process
+
+
 def _with_config(saved: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """``saved`` (a ``dgp.pt`` mapping) with its process's ``config`` replaced by ``config``, which draws the same
     parameters, and its fingerprint recomputed; unchanged when it does not load as written (damaged or altered:
     :func:`dgp.load_process` then says what is wrong)."""
-    try:
-        with checks.checking():  # the saved state replaces every drawn parameter: skip the costly draws
-            written = dgp.Process(saved_config(saved["config"]), saved["seed"])
-            written.load_state_dict(saved["state"])
-            now = dgp.Process(saved_config(config), saved["seed"])
-            now.load_state_dict(saved["state"])
-    except (KeyError, RuntimeError, TypeError, ValueError, AttributeError):
-        return saved
-    if saved.get("fingerprint") != written.fingerprint():
+    written, now = _rebuilt(saved, saved["config"]), _rebuilt(saved, config)
+    if written is None or now is None or saved.get("fingerprint") != written.fingerprint():
         return saved
     return {**saved, "config": config, "fingerprint": now.fingerprint()}
 

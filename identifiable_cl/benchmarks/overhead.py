@@ -7,8 +7,8 @@ package), ``identity`` (the identity baseline g(z)), ``steps`` (the training ste
 evaluations, the final one included), ``figures``, ``wandb`` (W&B's start and finish; 0 when disabled) and
 ``rest`` (what the run does besides: files, checks, the summary table), with ``total`` the sum, and
 ``first_step`` (from this process's start to the end of the first training step: what a person waits for before
-a run trains). Each part is timed around the one function of :mod:`identifiable_cl.training` that does it. The interpreter's own start
-is not included: ``icl bench --only overhead`` adds it from the wall time of the whole process.
+a run trains). Each part is timed around the one function of :mod:`identifiable_cl.training` that does it. The
+interpreter's own start is not included: ``icl bench --only overhead`` adds it from the wall time of the whole process.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ from identifiable_cl.yamlfiles import load_yaml
 from identifiable_cl import rundir
 from identifiable_cl.rundir import CHECKPOINT, IDENTITY_CACHE, SUMMARY, lock, read_json, read_metrics, write_json
 from identifiable_cl.rundir import unlock as release
-from identifiable_cl.stops import Interrupted
+from identifiable_cl.stops import STOP_SIGNALS, Interrupted
 from identifiable_cl.sweeps.plan import PlannedRun
 from identifiable_cl.sweeps.render import describe, render_command
 from identifiable_cl.sweeps.spec import SweepSpec
@@ -391,8 +391,6 @@ class Children:
     def forwarding(self) -> Iterator[None]:
         """Within the block, the stop signals reach every live run (:meth:`forward`); off the main thread, where
         handlers cannot be set, nothing changes. The previous handlers come back after it."""
-        from identifiable_cl.stops import STOP_SIGNALS
-
         if threading.current_thread() is not threading.main_thread():
             yield
             return

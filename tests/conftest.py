@@ -1,7 +1,11 @@
+import os
 import shutil
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():  # Triton's kernels run in its interpreter (identifiable_cl.losses.fused)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)

@@ -39,7 +39,7 @@ def test_a_step_splits_into_parts_that_add_up_and_counts_as_on_cuda(monkeypatch)
     monkeypatch.setattr(blocked, "BLOCK_ENTRIES", 64)  # a CPU would cut the blocks to one row
     c = build(tiny_config(**{"train.batch_size": 64}))
     before = [g.get("foreach") for g in c.optimizer.param_groups]
-    cost = step_cost(c, warmup=1)
+    cost = step_cost(c, warmup=1, kernels="eager")
     assert list(cost) == [*PARTS, "step", "floor"]
     assert sum((cost[p] for p in PARTS), Tally()) == cost["step"]
     assert all(cost[p].launches > 0 and cost[p].bytes > 0 for p in PARTS)
@@ -47,6 +47,8 @@ def test_a_step_splits_into_parts_that_add_up_and_counts_as_on_cuda(monkeypatch)
     assert sizes and max(sizes) > 1 and blocked.kernels() == "auto"
     assert [g.get("foreach") for g in c.optimizer.param_groups] == before
     assert c.steps_done == 2
+    fused = step_cost(c, warmup=0)  # the default: the fused operations, as a CUDA run with Triton
+    assert fused["loss"].bytes < cost["loss"].bytes and fused["encoder"] == cost["encoder"]
 
 
 def test_foreach_adam_launches_fewer_kernels_than_the_loop_over_parameters():

@@ -6,10 +6,11 @@ or metadata operation is not (its results alias its arguments without writing th
 each. On a device of bandwidth W and launch cost λ, a step of L launches moving M bytes takes at least
 max(M / W, L · λ) (the step captured as a CUDA graph removes most of λ, none of M / W).
 
-:func:`step_cost` counts one steady-state step of a run as a GPU runs it: the loss's eager torch kernels (the
-CPU's C kernels exist on no GPU), its row blocks sized as on CUDA (:func:`identifiable_cl.losses.blocked.use_kernels`
-``sized_for="cuda"``: the ``train.loss_memory`` budget alone) and Adam's ``foreach`` implementation (torch's CUDA
-default), split into the parts of :meth:`identifiable_cl.solvers.base.Solver.work`:
+:func:`step_cost` counts one steady-state step of a run as a GPU runs it: the InfoNCE family's fused operations
+(:mod:`identifiable_cl.losses.fused`, one Triton kernel each on CUDA; ``kernels="eager"`` counts the eager torch
+kernels instead, whose row blocks are then sized as on CUDA, :func:`identifiable_cl.losses.blocked.use_kernels`
+``sized_for="cuda"``), and Adam's ``foreach`` implementation (torch's CUDA default), split into the parts of
+:meth:`identifiable_cl.solvers.base.Solver.work`:
 
 - ``sampling``: the run's batch (latents, conditional, negatives, mixing): :meth:`~Solver.batch`;
 - ``optimizer``: gradient clipping and the optimizer's step: :meth:`~Solver.optimize`;
@@ -104,30 +105,30 @@ def counted(fn: Callable[[], Any]) -> Cost:
 
 
 @contextlib.contextmanager
-def as_on_cuda(c: Any) -> Iterator[None]:
-    """Within the block, run ``c``'s step as on CUDA: the loss's eager kernels with blocks sized for CUDA and the
-    optimizer's ``foreach`` implementation (each param group's setting restored after)."""
+def as_on_cuda(c: Any, kernels: str = "fused") -> Iterator[None]:
+    """Within the block, run ``c``'s step as on CUDA: the loss's ``kernels`` (``fused``, or ``eager`` with blocks
+    sized for CUDA) and the optimizer's ``foreach`` implementation (each param group's setting restored after)."""
     from identifiable_cl.losses.blocked import use_kernels
 
     foreach = [group.get("foreach") for group in c.optimizer.param_groups]
     for group in c.optimizer.param_groups:
         group["foreach"] = True
     try:
-        with use_kernels("eager", sized_for="cuda"):
+        with use_kernels(kernels, sized_for="cuda"):
             yield
     finally:
         for group, value in zip(c.optimizer.param_groups, foreach):
             group["foreach"] = value
 
 
-def step_cost(c: Any, warmup: int = 2) -> dict[str, Tally]:
+def step_cost(c: Any, warmup: int = 2, kernels: str = "fused") -> dict[str, Tally]:
     """Per part of one steady-state step of the solver ``c`` (after ``warmup`` steps), its :class:`Tally` as on
-    CUDA (module docstring): ``sampling``, ``encoder``, ``loss``, ``optimizer``, then ``step`` (their sum) and
-    ``floor`` (the encoder's own forward, backward and Adam step on the step's rows). The run advances by
-    ``warmup`` + 1 steps and its gradients are left cleared."""
+    CUDA with the loss's ``kernels`` (module docstring): ``sampling``, ``encoder``, ``loss``, ``optimizer``, then
+    ``step`` (their sum) and ``floor`` (the encoder's own forward, backward and Adam step on the step's rows). The
+    run advances by ``warmup`` + 1 steps and its gradients are left cleared."""
     from identifiable_cl.solvers.base import observations
 
-    with as_on_cuda(c):
+    with as_on_cuda(c, kernels):
         for _ in range(warmup):
             c.step()
         cost = Cost()
@@ -176,8 +177,8 @@ def bench_cost(quick: bool = False, print_fn: Callable[[str], None] = print) -> 
     every machine."""
     from identifiable_cl.components import build, load_config
 
-    print_fn("\nstep cost as on CUDA, counted on the CPU (kernels launched, GB moved per steady-state step; eager "
-             "loss kernels, blocks sized for CUDA, foreach Adam; floor = the encoder's own forward + backward + Adam)")
+    print_fn("\nstep cost as on CUDA, counted on the CPU (kernels launched, GB moved per steady-state step; the "
+             "loss's fused operations, foreach Adam; floor = the encoder's own forward + backward + Adam)")
     print_fn(f"{'setting':<28}{'batch':>6}" + "".join(f"{part:>17}" for part in (*PARTS, "step", "floor"))
              + f"{'step/floor':>18}")
     rows = []

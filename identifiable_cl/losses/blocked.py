@@ -38,9 +38,12 @@ Kernels: ``native`` runs each block's forward (similarities, row maxima, exponen
 and backward (weights, gradients of anchors, candidates and scale) as the fused C kernels of
 ``identifiable_cl.losses.native`` (CPU, float32/float64); ``eager`` runs :func:`block_forward`
 and :func:`block_backward` as torch operations (any device and dtype; the path on a GPU).
-``auto`` (default) takes ``native`` where it applies. Both compute the same Lp similarities bit
-for bit (the eager dot product is a matrix product); sums may be added in another order. Choose with :func:`use_kernels` or the environment
-variable ``ICL_KERNELS``.
+``fused`` computes each pairing's lse over all rows in one operation and its gradients in another
+(:mod:`identifiable_cl.losses.fused`: one Triton kernel each on CUDA, nothing of size b × N in memory). ``auto``
+(default) takes ``native`` where it applies, else ``fused`` on a GPU where Triton is installed, else ``eager``.
+The native and eager kernels compute the same Lp similarities bit for bit (the eager dot product is a matrix
+product); sums may be added in another order. Choose with :func:`use_kernels` or the environment variable
+``ICL_KERNELS``.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ from identifiable_cl.config import LOSS_MEMORY_MIB
 from identifiable_cl.losses import native
 
 KIND = ("dot", "l1", "l2", "l3")
-KERNELS = ("auto", "eager", "native")
+KERNELS = ("auto", "eager", "native", "fused")
 BLOCK_ENTRIES = 1 << 20
 """Most logits per row block (b · N) on a CPU; 4 MiB per (b, N) buffer in float32."""
 
@@ -252,7 +255,7 @@ def block_backward(
 def _native(*tensors: Tensor) -> bool:
     """Whether the C kernels compute this block (see the module docstring)."""
     choice = kernels()
-    if choice == "eager":
+    if choice in ("eager", "fused"):
         return False
     ok = native.supports(*tensors)
     if choice == "native" and not ok:
@@ -306,6 +309,10 @@ def _workspaces(count: int) -> list[dict[str, Tensor]]:
 class _BlockedLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, plan: Plan, scale: Tensor, pos: Tensor, *tensors: Tensor) -> Tensor:  # type: ignore[override]
+        if _fused(plan, pos, *tensors):
+            total, grads = _fused_pass(plan, scale, pos, tensors, ctx.needs_input_grad)
+            ctx.save_for_backward(*grads)
+            return total
         needs = ctx.needs_input_grad
         want_grad = any(needs[1:])
         rows = pos.shape[0]
@@ -360,6 +367,46 @@ class _BlockedLoss(torch.autograd.Function):
     def backward(ctx, grad: Tensor):  # type: ignore[override]
         grad_scale, grad_pos, *grads = ctx.saved_tensors
         return (None, grad * grad_scale, grad * grad_pos, *(grad * g for g in grads))
+
+
+def _fused_pass(plan: Plan, scale: Tensor, pos: Tensor, tensors: Sequence[Tensor], needs: Sequence[bool]):
+    """The loss and, when any input needs one, the gradients (∂L/∂s, ∂L/∂pos, ∂L/∂tensors) by the operations of
+    :mod:`identifiable_cl.losses.fused`: every row at once, one lse pass and one gradient pass per pairing."""
+    from identifiable_cl.losses import fused
+
+    want_grad = any(needs[1:])
+    mults = list(plan.multipliers)
+    lses = [fused.pair_lse(tensors[p.anchors], tensors[p.candidates], scale, mults, p.exclude, plan.kind)
+            for p in plan.pairings]
+    stats = [(None, None, None, lse) for lse in lses]
+    row_grads = _rows(plan, stats, pos, scale, slice(0, pos.shape[0]), want_grad)
+    total = row_grads[0] / plan.count
+    if not want_grad:
+        return total, ()
+    grads = [torch.zeros_like(t) for t in tensors]
+    grad_scale = row_grads[2]
+    factors = torch.stack([pos.new_full((), m) for m in plan.multipliers])  # filled on the device, not uploaded
+    for pairing, lse, weights in zip(plan.pairings, lses, row_grads[3]):
+        if weights is None:
+            continue
+        ga, gc, gs = fused.pair_grads(tensors[pairing.anchors], tensors[pairing.candidates], scale, mults,
+                                      pairing.exclude, plan.kind, lse, weights * factors)
+        grads[pairing.anchors] += ga
+        grads[pairing.candidates] += gc
+        grad_scale = grad_scale + gs
+    return total, (grad_scale / plan.count, row_grads[1] / plan.count, *(g / plan.count for g in grads))
+
+
+def _fused(plan: Plan, pos: Tensor, *tensors: Tensor) -> bool:
+    """Whether the fused operations compute the loss: chosen (``fused``), or ``auto`` where they run Triton on a
+    GPU's tensors."""
+    from identifiable_cl.losses import fused
+
+    choice = kernels()
+    if choice == "fused":
+        return True
+    return choice == "auto" and pos.device.type == "cuda" and fused.runs_triton(pos, *tensors,
+                                                                               multipliers=plan.multipliers)
 
 
 def _rows(plan: Plan, stats, pos: Tensor, scale: Tensor, fresh: slice, want_grad: bool):

@@ -187,3 +187,55 @@ def test_a_pack_whose_runs_end_apart_follows_each_run_alone_to_its_last_step(tmp
         assert counts == {float(s["step"]) for s in want["optimizer"]["state"].values()} == {float(steps)}
         for name, weight in want["encoder"].items():
             assert torch.allclose(got["encoder"][name], weight, rtol=1e-6, atol=1e-9), name
+
+
+@pytest.mark.parametrize("kernels", ["auto", "fused"])
+@pytest.mark.parametrize("loss", [{"loss.name": "aninfonce", "loss.negatives": "r24"},
+                                  {"loss.learn_tau": True, "loss.similarity": "l1"}])
+def test_runs_whose_losses_are_alike_compute_them_in_one_call(tmp_path, kernels, loss):
+    """Runs that differ in seed and learning rate only: their losses (learnt Λ̂ or τ stacked) are one vmap call,
+    and with the fused operations each pairing one call for all runs; every run follows its stand-alone run
+    (float64)."""
+    from identifiable_cl.losses.blocked import use_kernels
+    from identifiable_cl.solvers.packed import StackedPack
+
+    cfgs = [tiny_config(**{**F64, **loss, "train.steps": 20, "seed": s, "optim.lr": lr})
+            for s, lr in ((0, 1e-3), (1, 3e-3), (2, 1e-3))]
+    for i, c in enumerate(cfgs):
+        Trainer.create(c, tmp_path / f"alone{i}", progress=False).run()
+    calls = []
+    original = StackedPack._work
+
+    def recorded(self):
+        calls.append(self.loss_axis)
+        return original(self)
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(StackedPack, "_work", recorded)
+    try:
+        with use_kernels(kernels):
+            run_packed([Trainer.create(c, tmp_path / f"packed{i}", progress=False) for i, c in enumerate(cfgs)],
+                       batched=True)
+    finally:
+        monkeypatch.undo()
+    assert calls and all(calls)
+    for i in range(3):
+        assert losses(tmp_path / f"packed{i}") == pytest.approx(losses(tmp_path / f"alone{i}"), rel=1e-6)
+        want = rundir.load_torch(tmp_path / f"alone{i}" / rundir.CHECKPOINT)["loss"]
+        got = rundir.load_torch(tmp_path / f"packed{i}" / rundir.CHECKPOINT)["loss"]
+        for name, value in want.items():
+            assert torch.allclose(got[name], value, rtol=1e-6, atol=1e-9), name
+
+
+def test_a_pack_of_runs_alike_launches_its_loss_kernels_once_for_all_runs():
+    """Counted as on CUDA (fused operations): 4 runs of R24's loss launch as many pair_lse kernels as one run, and
+    the encoder, losses and glue about as many launches (each run still draws its own batch)."""
+    from identifiable_cl.benchmarks.step_cost import pack_cost
+
+    def cfgs(runs):
+        return [tiny_config(**{"loss.name": "aninfonce", "loss.negatives": "r24", "seed": s}) for s in range(runs)]
+
+    one, four = pack_cost([build(c) for c in cfgs(1)]), pack_cost([build(c) for c in cfgs(4)])
+    assert one["calls"]["icl.pair_lse"] == four["calls"]["icl.pair_lse"] == 3  # r24: three pairings
+    assert four["model"].launches < 1.1 * one["model"].launches
+    assert four["sampling"].launches > 3 * one["sampling"].launches

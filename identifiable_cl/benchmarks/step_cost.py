@@ -162,6 +162,59 @@ def step_cost(c: Any, warmup: int = 2, kernels: str = "fused") -> dict[str, Tall
     return {**parts, "step": cost.total(), "floor": encoder + adam}
 
 
+def pack_cost(cs: Any, warmup: int = 1, kernels: str = "fused") -> dict[str, Any]:
+    """One steady-state step of the solvers ``cs`` as one :class:`~identifiable_cl.solvers.packed.StackedPack`
+    (after ``warmup`` steps), counted as on CUDA with the loss's ``kernels``: its :class:`Tally` per part
+    (``sampling``: every run's batch; ``optimizer``: clipping and the stacked Adam step; ``model``: the encoder pass
+    over the stacked weights, the losses and the glue), ``step`` (their sum), and ``calls``: how often each
+    operation ran (a Counter of names such as ``aten.mm`` or ``icl.pair_lse``). The pack is released after."""
+    from collections import Counter
+
+    from identifiable_cl.losses.blocked import use_kernels
+    from identifiable_cl.solvers.packed import StackedPack
+
+    pack = StackedPack(cs)
+    try:
+        with use_kernels(kernels, sized_for="cuda"):
+            for _ in range(warmup):
+                pack.step()
+            cost = Calls()
+            batches, optimize = pack.batches, pack.optimizer.step
+
+            def in_part(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+                def wrapped(*args: Any, **kwargs: Any) -> Any:
+                    with cost.part(name):
+                        return fn(*args, **kwargs)
+                return wrapped
+
+            pack.batches, pack.optimizer.step = in_part("sampling", batches), in_part("optimizer", optimize)
+            try:
+                with cost:
+                    pack.step()
+            finally:
+                del pack.batches, pack.optimizer.step
+    finally:
+        pack.release()
+    parts = {"sampling": cost.parts.get("sampling", Tally()), "model": cost.parts.get("rest", Tally()),
+             "optimizer": cost.parts.get("optimizer", Tally())}
+    return {**parts, "step": cost.total(), "calls": cost.calls}
+
+
+class Calls(Cost):
+    """A :class:`Cost` that also counts each launching operation by name (``calls``)."""
+
+    def __init__(self) -> None:
+        from collections import Counter
+
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        if launches(func):
+            self.calls[str(func.overloadpacket)] += 1
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
 COST_CASES: list[tuple[str, str | None, dict[str, Any], int]] = [
     ("box, L1 InfoNCE", "box", {"dgp.conditional.name": "laplace", "loss.similarity": "l1"}, 6144),
     ("sphere vMF, cosine InfoNCE", "sphere", {}, 6144),
@@ -194,4 +247,22 @@ def bench_cost(quick: bool = False, print_fn: Callable[[str], None] = print) -> 
         rows.append(row)
         cells = "".join(f"{t.launches:>8} {t.bytes / 1e9:>7.3f}" for t in cost.values())
         print_fn(f"{label:<28}{batch:>6}{cells}{row['launch_ratio']:>8.1f}x {row['byte_ratio']:>7.1f}x")
+    label, preset, overrides, batch = PACK_CASE
+    print_fn(f"\npacks as on CUDA (one StackedPack step; kernels launched and GB moved per run-step)\n"
+             f"{'setting':<28}{'batch':>6}{'runs':>6}" + "".join(f"{part:>17}" for part in PACK_PARTS))
+    for runs in (1, 4) if quick else (1, 4, 12):
+        cs = [build(load_config(preset, {**overrides, "train.batch_size": batch, "dgp.mixing.cond_draws": 2500,
+                                         "device": "cpu", "seed": seed})) for seed in range(runs)]
+        cost = pack_cost(cs)
+        rows.append({"case": label, "batch": batch, "runs": runs,
+                     **{f"{part}_launches_per_run": cost[part].launches / runs for part in PACK_PARTS},
+                     **{f"{part}_bytes_per_run": cost[part].bytes / runs for part in PACK_PARTS}})
+        cells = "".join(f"{cost[part].launches / runs:>8.1f} {cost[part].bytes / runs / 1e9:>7.3f}"
+                        for part in PACK_PARTS)
+        print_fn(f"{label:<28}{batch:>6}{runs:>6}{cells}")
     return rows
+
+
+PACK_PARTS = ("sampling", "model", "optimizer", "step")
+PACK_CASE = COST_CASES[2]
+"""The setting whose packs :func:`bench_cost` counts: R24's, as its paper trains 12 runs (4 settings × 3 seeds)."""

@@ -51,6 +51,8 @@ class AnInfoNCE(InfoNCEBound, ContrastiveLoss):
     ``lambda_hat`` is the current Λ̂ (d,); ``logs()`` reports it as ``lambda_hat``.
     """
 
+    batches_over_runs = True
+
     OPTION_DOCS = {
         'lambda_init': 'initial Λ̂ value on every dimension (> 0), or "random": θ ~ 0.1·N(0, 1) as in the official code',
         'seed': "seed of that draw, or None (default): draw it from torch's default generator, which a run seeds from its root seed's loss stream, so every seed of an experiment starts from its own Λ̂",

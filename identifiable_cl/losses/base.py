@@ -497,6 +497,11 @@ class ContrastiveLoss(nn.Module):
     and a run whose process draws none, another number of segments than the loss's ``segments``, or positives
     outside the anchor's segment, is refused when it is checked (:func:`identifiable_cl.components.check_aux`)."""
 
+    batches_over_runs: bool = False
+    """The loss can be evaluated under ``torch.func.vmap`` over a run axis: a pack's runs whose losses are configured
+    alike then compute theirs in one call (:class:`identifiable_cl.solvers.packed.StackedPack`), the InfoNCE
+    family's fused operations taking every run at once; otherwise each run's loss is called in turn."""
+
     def __init__(self) -> None:
         super().__init__()
         self.config_key = checks.current_section("loss")

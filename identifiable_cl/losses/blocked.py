@@ -49,6 +49,7 @@ product); sums may be added in another order. Choose with :func:`use_kernels` or
 from __future__ import annotations
 
 import contextlib
+import functools
 import contextvars
 import math
 import os
@@ -307,86 +308,135 @@ def _workspaces(count: int) -> list[dict[str, Tensor]]:
 
 
 class _BlockedLoss(torch.autograd.Function):
+    """The loss (0-dim) and, as outputs autograd does not differentiate, its gradients (∂L/∂s, ∂L/∂pos,
+    ∂L/∂tensors; none where ``needs`` asks for none), computed together in the forward pass; under ``vmap`` (a
+    pack's runs along a run axis) the fused operations take every run in one call (:meth:`vmap`)."""
+
     @staticmethod
-    def forward(ctx, plan: Plan, scale: Tensor, pos: Tensor, *tensors: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(plan: Plan, needs: tuple[bool, ...], scale: Tensor, pos: Tensor,  # type: ignore[override]
+                *tensors: Tensor) -> tuple[Tensor, ...]:
         if _fused(plan, pos, *tensors):
-            total, grads = _fused_pass(plan, scale, pos, tensors, ctx.needs_input_grad)
-            ctx.save_for_backward(*grads)
-            return total
-        needs = ctx.needs_input_grad
-        want_grad = any(needs[1:])
-        rows = pos.shape[0]
-        device, dtype = pos.device, pos.dtype
-        tensors = tuple(t.contiguous() for t in tensors)
-        transposed = [t.transpose(0, 1).contiguous() for t in tensors]
-        columns = max(tensors[p.candidates].shape[0] for p in plan.pairings)
-        buffers = len(plan.pairings) * (len(plan.multipliers) + 2)  # per pairing: similarities, E_m, a temporary
-        size = block_rows(rows, columns, device, buffers, pos.element_size())
-        grads = [torch.zeros_like(t) for t in tensors] if want_grad else []
-        grads_T = [torch.zeros_like(t) for t in transposed] if want_grad else []
-        grad_pos = torch.zeros_like(pos) if want_grad else None
-        grad_scale = torch.zeros((), dtype=dtype, device=device)
-        total = torch.zeros((), dtype=dtype, device=device)
-        mults = torch.stack([pos.new_full((), m) for m in plan.multipliers])  # filled on the device, not uploaded
-        workspaces = _workspaces(len(plan.pairings))
-        done = 0
-        while done < rows:
-            start = min(done, rows - size)  # the last block overlaps: every block has `size` rows
-            fresh = slice(done - start, size)
-            stats = []
-            for pairing, workspace in zip(plan.pairings, workspaces):
-                a = tensors[pairing.anchors][start : start + size]
-                cT = transposed[pairing.candidates]
-                excluded = excluded_columns(pairing.exclude, start, size, cT.shape[1], device)
-                stats.append(block_forward(a, cT, scale, excluded, plan.kind, plan.multipliers, needs[1], workspace))
-            row_grads = _rows(plan, stats, pos[start : start + size][fresh], scale, fresh, want_grad)
-            total += row_grads[0]
-            if want_grad:
-                grad_pos[start : start + size][fresh] += row_grads[1]
-                grad_scale += row_grads[2]
-                for pairing, (sim, exps, sums, _), weights in zip(plan.pairings, stats, row_grads[3]):
-                    if weights is None:
-                        continue
-                    a = tensors[pairing.anchors][start : start + size]
-                    cT = transposed[pairing.candidates]
-                    w = weights * mults / sums
-                    ga, gcT, gs = block_backward(sim, exps, w, scale, a, cT, plan.kind)
-                    grads[pairing.anchors][start : start + size] += ga
-                    grads_T[pairing.candidates] += gcT
-                    if gs is not None:
-                        grad_scale += gs
-            done = start + size
-        if want_grad:
-            for g, gT in zip(grads, grads_T):
-                g += gT.transpose(0, 1)
-            ctx.save_for_backward(grad_scale / plan.count, grad_pos / plan.count, *(g / plan.count for g in grads))
-        return total / plan.count
+            outputs = _fused_pass(plan, needs, scale.reshape(1), pos[None], [t[None] for t in tensors])
+            return tuple(x[0] for x in outputs)
+        return _blocked_pass(plan, needs, scale, pos, tensors)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.save_for_backward(*output[1:])
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx, grad: Tensor, *_: Tensor):  # type: ignore[override]
         grad_scale, grad_pos, *grads = ctx.saved_tensors
-        return (None, grad * grad_scale, grad * grad_pos, *(grad * g for g in grads))
+        return (None, None, grad * grad_scale, grad * grad_pos, *(grad * g for g in grads))
+
+    @staticmethod
+    def vmap(info, in_dims, plan: Plan, needs: tuple[bool, ...], scale: Tensor, pos: Tensor, *tensors: Tensor):
+        """K = ``info.batch_size`` runs: with the fused operations, all runs in one call each
+        (:class:`_RunAxisLoss`); else each run's own pass in turn."""
+        runs = info.batch_size
+        scale, pos, *tensors = (x.movedim(d, 0) if d is not None else x.expand(runs, *x.shape)
+                                for x, d in zip((scale, pos, *tensors), in_dims[2:]))
+        needs = _needs(scale, pos, *tensors)  # vmap's wrappers hide whether the tensors need gradients
+        if _fused(plan, pos, *tensors):
+            outputs = _RunAxisLoss.apply(plan, needs, scale, pos, *tensors)
+        else:
+            each = [_BlockedLoss.apply(plan, needs, scale[k], pos[k], *(t[k] for t in tensors)) for k in range(runs)]
+            outputs = tuple(torch.stack(parts) for parts in zip(*each))
+        return outputs, (0,) * len(outputs)
 
 
-def _fused_pass(plan: Plan, scale: Tensor, pos: Tensor, tensors: Sequence[Tensor], needs: Sequence[bool]):
-    """The loss and, when any input needs one, the gradients (∂L/∂s, ∂L/∂pos, ∂L/∂tensors) by the operations of
-    :mod:`identifiable_cl.losses.fused`: every row at once, one lse pass and one gradient pass per pairing."""
+class _RunAxisLoss(torch.autograd.Function):
+    """K runs' losses (K,) and gradients from inputs with a leading run axis (scale (K,), pos (K, R), tensors
+    (K, ·, d)), by the fused operations (:func:`_fused_pass`)."""
+
+    @staticmethod
+    def forward(ctx, plan: Plan, needs: tuple[bool, ...], scale: Tensor, pos: Tensor,  # type: ignore[override]
+                *tensors: Tensor) -> tuple[Tensor, ...]:
+        outputs = _fused_pass(plan, needs, scale, pos, tensors)
+        ctx.mark_non_differentiable(*outputs[1:])
+        ctx.save_for_backward(*outputs[1:])
+        return outputs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor, *_: Tensor):  # type: ignore[override]
+        grad_scale, grad_pos, *grads = ctx.saved_tensors
+        return (None, None, grad * grad_scale, grad[:, None] * grad_pos, *(grad[:, None, None] * g for g in grads))
+
+
+def _blocked_pass(plan: Plan, needs: tuple[bool, ...], scale: Tensor, pos: Tensor, tensors: Sequence[Tensor]):
+    """(loss, and with ``needs``: ∂L/∂s, ∂L/∂pos, ∂L/∂tensors) in row blocks (module docstring)."""
+    want_grad = any(needs)
+    rows = pos.shape[0]
+    device, dtype = pos.device, pos.dtype
+    tensors = tuple(t.contiguous() for t in tensors)
+    transposed = [t.transpose(0, 1).contiguous() for t in tensors]
+    columns = max(tensors[p.candidates].shape[0] for p in plan.pairings)
+    buffers = len(plan.pairings) * (len(plan.multipliers) + 2)  # per pairing: similarities, E_m, a temporary
+    size = block_rows(rows, columns, device, buffers, pos.element_size())
+    grads = [torch.zeros_like(t) for t in tensors] if want_grad else []
+    grads_T = [torch.zeros_like(t) for t in transposed] if want_grad else []
+    grad_pos = torch.zeros_like(pos) if want_grad else None
+    grad_scale = torch.zeros((), dtype=dtype, device=device)
+    total = torch.zeros((), dtype=dtype, device=device)
+    mults = torch.stack([pos.new_full((), m) for m in plan.multipliers])  # filled on the device, not uploaded
+    workspaces = _workspaces(len(plan.pairings))
+    done = 0
+    while done < rows:
+        start = min(done, rows - size)  # the last block overlaps: every block has `size` rows
+        fresh = slice(done - start, size)
+        stats = []
+        for pairing, workspace in zip(plan.pairings, workspaces):
+            a = tensors[pairing.anchors][start : start + size]
+            cT = transposed[pairing.candidates]
+            excluded = excluded_columns(pairing.exclude, start, size, cT.shape[1], device)
+            stats.append(block_forward(a, cT, scale, excluded, plan.kind, plan.multipliers, needs[0], workspace))
+        row_grads = _rows(plan, stats, pos[start : start + size][fresh], scale, fresh, want_grad)
+        total += row_grads[0]
+        if want_grad:
+            grad_pos[start : start + size][fresh] += row_grads[1]
+            grad_scale += row_grads[2]
+            for pairing, (sim, exps, sums, _), weights in zip(plan.pairings, stats, row_grads[3]):
+                if weights is None:
+                    continue
+                a = tensors[pairing.anchors][start : start + size]
+                cT = transposed[pairing.candidates]
+                w = weights * mults / sums
+                ga, gcT, gs = block_backward(sim, exps, w, scale, a, cT, plan.kind)
+                grads[pairing.anchors][start : start + size] += ga
+                grads_T[pairing.candidates] += gcT
+                if gs is not None:
+                    grad_scale += gs
+        done = start + size
+    if want_grad:
+        for g, gT in zip(grads, grads_T):
+            g += gT.transpose(0, 1)
+        return (total / plan.count, grad_scale / plan.count, grad_pos / plan.count, *(g / plan.count for g in grads))
+    return (total / plan.count,)
+
+
+def _fused_pass(plan: Plan, needs: tuple[bool, ...], scale: Tensor, pos: Tensor, tensors: Sequence[Tensor]):
+    """(losses (K,), and with ``needs``: ∂L/∂s (K,), ∂L/∂pos (K, R), ∂L/∂tensors) of K runs, inputs with a
+    leading run axis, by the operations of :mod:`identifiable_cl.losses.fused`: every row at once, one lse call and
+    one gradient call per pairing for all runs."""
     from identifiable_cl.losses import fused
 
-    want_grad = any(needs[1:])
+    want_grad = any(needs)
     mults = list(plan.multipliers)
     lses = [fused.pair_lse(tensors[p.anchors], tensors[p.candidates], scale, mults, p.exclude, plan.kind)
             for p in plan.pairings]
-    stats = [(None, None, None, lse) for lse in lses]
-    row_grads = _rows(plan, stats, pos, scale, slice(0, pos.shape[0]), want_grad)
-    total = row_grads[0] / plan.count
-    if not want_grad:
-        return total, ()
+    with torch.enable_grad():
+        leaves = [x.detach().requires_grad_(want_grad) for x in (pos, scale, *lses)]
+        totals = torch.func.vmap(functools.partial(_total, plan))(*leaves)
+        if not want_grad:
+            return (totals.detach() / plan.count,)
+        d_pos, d_scale, *d_lses = torch.autograd.grad(totals.sum(), leaves, allow_unused=True)
     grads = [torch.zeros_like(t) for t in tensors]
-    grad_scale = row_grads[2]
+    grad_scale = torch.zeros_like(scale) if d_scale is None else d_scale
     factors = torch.stack([pos.new_full((), m) for m in plan.multipliers])  # filled on the device, not uploaded
-    for pairing, lse, weights in zip(plan.pairings, lses, row_grads[3]):
+    for pairing, lse, weights in zip(plan.pairings, lses, d_lses):
         if weights is None:
             continue
         ga, gc, gs = fused.pair_grads(tensors[pairing.anchors], tensors[pairing.candidates], scale, mults,
@@ -394,7 +444,8 @@ def _fused_pass(plan: Plan, scale: Tensor, pos: Tensor, tensors: Sequence[Tensor
         grads[pairing.anchors] += ga
         grads[pairing.candidates] += gc
         grad_scale = grad_scale + gs
-    return total, (grad_scale / plan.count, row_grads[1] / plan.count, *(g / plan.count for g in grads))
+    return (totals.detach() / plan.count, grad_scale / plan.count, d_pos / plan.count,
+            *(g / plan.count for g in grads))
 
 
 def _fused(plan: Plan, pos: Tensor, *tensors: Tensor) -> bool:
@@ -409,17 +460,23 @@ def _fused(plan: Plan, pos: Tensor, *tensors: Tensor) -> bool:
                                                                                multipliers=plan.multipliers)
 
 
+def _total(plan: Plan, pos: Tensor, scale: Tensor, *lses: Tensor) -> Tensor:
+    """Σ_g Σ_i row_loss(pos_i, lse_gi, s) over the rows of ``pos`` (R,) and the pairings' lse (R, M) (0-dim)."""
+    total = pos.new_zeros(())
+    for group in plan.groups:
+        parts = [lses[i] for i in group]
+        pooled = parts[0] if len(parts) == 1 else torch.logsumexp(torch.stack(parts), 0)
+        total = total + plan.row_loss(pos, pooled, scale).sum()
+    return total
+
+
 def _rows(plan: Plan, stats, pos: Tensor, scale: Tensor, fresh: slice, want_grad: bool):
     """Σ of the fresh rows' losses; with gradients: ∂/∂pos, ∂/∂scale and ∂/∂lse per pairing (rows of the block)."""
     with torch.enable_grad():
         pos_leaf = pos.detach().requires_grad_(want_grad)
         scale_leaf = scale.detach().requires_grad_(want_grad)
         lse_leaves = [s[3][fresh].detach().requires_grad_(want_grad) for s in stats]
-        total = pos.new_zeros(())
-        for group in plan.groups:
-            parts = [lse_leaves[i] for i in group]
-            pooled = parts[0] if len(parts) == 1 else torch.logsumexp(torch.stack(parts), 0)
-            total = total + plan.row_loss(pos_leaf, pooled, scale_leaf).sum()
+        total = _total(plan, pos_leaf, scale_leaf, *lse_leaves)
         if not want_grad:
             return (total.detach(),)
         outs = torch.autograd.grad(total, [pos_leaf, scale_leaf, *lse_leaves], allow_unused=True)
@@ -436,7 +493,13 @@ def blocked_loss(plan: Plan, tensors: Sequence[Tensor], pos: Tensor, scale: Tens
     """
     if plan.kind not in KIND:
         raise ValueError(f"unknown similarity {plan.kind!r} for the blocked core; allowed: {', '.join(KIND)}")
-    return _BlockedLoss.apply(plan, scale_tensor(scale, pos), pos, *tensors)
+    scale = scale_tensor(scale, pos)
+    return _BlockedLoss.apply(plan, _needs(scale, pos, *tensors), scale, pos, *tensors)[0]
+
+
+def _needs(*tensors: Tensor) -> tuple[bool, ...]:
+    """Which of ``tensors`` autograd will ask a gradient of."""
+    return tuple(torch.is_grad_enabled() and t.requires_grad for t in tensors)
 
 
 def scale_tensor(scale: Tensor | float, like: Tensor) -> Tensor:

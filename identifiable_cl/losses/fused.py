@@ -1,12 +1,15 @@
 """The blocked core's two passes as two operations, each one kernel on a GPU: nothing of size rows × candidates
 is written to memory.
 
-For anchors a (R, d), candidates c (N, d), scale s, multipliers c_m (one or two) and an exclusion rule:
+For K runs' anchors a (K, R, d), candidates c (K, N, d), scales s (K,), multipliers c_m (one or two) and an
+exclusion rule, per run:
 
-- :func:`pair_lse` → lse (R, M), lse_im = log Σ_{j kept} exp(c_m s sim(a_i, c_j));
-- :func:`pair_grads` with w (R, M) (w_im = c_m ∂L/∂lse_im) → (∂L/∂a (R, d), ∂L/∂c (N, d), ∂L/∂s ()), through
-  ∂L/∂l_ij = Σ_m w_im exp(c_m s sim_ij - lse_im) and l_ij = s sim_ij
+- :func:`pair_lse` → lse (K, R, M), lse_im = log Σ_{j kept} exp(c_m s sim(a_i, c_j));
+- :func:`pair_grads` with w (K, R, M) (w_im = c_m ∂L/∂lse_im) → (∂L/∂a (K, R, d), ∂L/∂c (K, N, d), ∂L/∂s (K,)),
+  through ∂L/∂l_ij = Σ_m w_im exp(c_m s sim_ij - lse_im) and l_ij = s sim_ij
   (:mod:`identifiable_cl.losses.blocked` has the equations).
+
+A single run is K = 1; a pack of runs (:mod:`identifiable_cl.solvers.packed`) passes all of its runs in one call.
 
 On CUDA they run the Triton kernels of :mod:`identifiable_cl.losses.triton_pairs` (flash-attention's scheme: the
 similarities are recomputed in registers in each pass; about 3 reads of the (R, d) and (N, d) inputs a step).
@@ -76,12 +79,13 @@ def _kernels():
 def _launch_args(a: Tensor, c: Tensor, multipliers: Sequence[float], exclude: str, kind: str) -> tuple:
     c1 = float(multipliers[0])
     c2 = float(multipliers[1]) if len(multipliers) > 1 else 0.0
-    return (a.shape[0], c.shape[0], a.shape[1], c1, c2), dict(
+    return (a.shape[1], c.shape[1], a.shape[2], c1, c2), dict(
         M=len(multipliers), P=POWERS[kind], EXCLUDE=EXCLUDE[exclude], BLOCK_R=BLOCK_R, BLOCK_N=BLOCK_N)
 
 
 def _eager_blocks(a: Tensor, c: Tensor, exclude: str):
-    """(start, rows, anchors block, cᵀ, excluded columns) of the eager reference, in row blocks of the memory budget."""
+    """(start, anchors block, cᵀ, excluded columns) of one run's eager reference, in row blocks of the memory
+    budget."""
     from identifiable_cl.losses.blocked import block_rows, excluded_columns
 
     cT = c.transpose(0, 1).contiguous()
@@ -93,45 +97,51 @@ def _eager_blocks(a: Tensor, c: Tensor, exclude: str):
 
 @torch.library.custom_op("icl::pair_lse", mutates_args=())
 def pair_lse(a: Tensor, c: Tensor, scale: Tensor, multipliers: list[float], exclude: str, kind: str) -> Tensor:
-    """lse (R, M) of anchors a (R, d) against candidates c (N, d) (module docstring); c row-major like a."""
-    a, c = a.contiguous(), c.contiguous()
+    """lse (K, R, M) of anchors a (K, R, d) against candidates c (K, N, d) at scales (K,) (module docstring)."""
+    a, c, scale = a.contiguous(), c.contiguous(), scale.to(a.dtype).contiguous()
+    out = a.new_empty(a.shape[0], a.shape[1], len(multipliers))
     if runs_triton(a, c, multipliers=multipliers):
-        out = a.new_empty(a.shape[0], len(multipliers))
         sizes, consts = _launch_args(a, c, multipliers, exclude, kind)
-        _kernels().lse_kernel[(-(-a.shape[0] // BLOCK_R),)](a, c, scale.to(a.dtype), out, *sizes, **consts)
+        _kernels().lse_kernel[(-(-a.shape[1] // BLOCK_R), a.shape[0])](a, c, scale, out, *sizes, **consts)
         return out
     from identifiable_cl.losses.blocked import block_forward
 
-    parts = [block_forward(block, cT, scale, excluded, kind, tuple(multipliers), False)[3]
-             for _, block, cT, excluded in _eager_blocks(a, c, exclude)]
-    return torch.cat(parts) if parts else a.new_empty(0, len(multipliers))
+    for run in range(a.shape[0]):
+        for start, block, cT, excluded in _eager_blocks(a[run], c[run], exclude):
+            lse = block_forward(block, cT, scale[run], excluded, kind, tuple(multipliers), False)[3]
+            out[run, start : start + block.shape[0]] = lse
+    return out
 
 
 @torch.library.custom_op("icl::pair_grads", mutates_args=())
 def pair_grads(a: Tensor, c: Tensor, scale: Tensor, multipliers: list[float], exclude: str, kind: str,
                lse: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(∂L/∂a (R, d), ∂L/∂c (N, d), ∂L/∂s ()) from lse (R, M) and the row weights w (R, M) (module docstring)."""
-    a, c, lse, w = a.contiguous(), c.contiguous(), lse.contiguous(), w.contiguous()
+    """(∂L/∂a (K, R, d), ∂L/∂c (K, N, d), ∂L/∂s (K,)) from lse (K, R, M) and the row weights w (K, R, M) (module
+    docstring)."""
+    a, c, scale = a.contiguous(), c.contiguous(), scale.to(a.dtype).contiguous()
+    lse, w = lse.contiguous(), w.contiguous()
     grad_a, grad_c = torch.empty_like(a), torch.empty_like(c)
     if runs_triton(a, c, lse, w, multipliers=multipliers):
         kernels = _kernels()
-        scale_rows = a.new_empty(a.shape[0])
+        scale_rows = a.new_empty(a.shape[:2])
         sizes, consts = _launch_args(a, c, multipliers, exclude, kind)
-        consts["BLOCK_D"] = max(2, 1 << (a.shape[1] - 1).bit_length())
-        s = scale.to(a.dtype)
-        kernels.row_grad_kernel[(-(-a.shape[0] // BLOCK_R),)](a, c, s, lse, w, grad_a, scale_rows, *sizes, **consts)
-        kernels.column_grad_kernel[(-(-c.shape[0] // BLOCK_N),)](a, c, s, lse, w, grad_c, *sizes, **consts)
-        return grad_a, grad_c, scale_rows.sum()
+        consts["BLOCK_D"] = max(2, 1 << (a.shape[2] - 1).bit_length())
+        runs = a.shape[0]
+        kernels.row_grad_kernel[(-(-a.shape[1] // BLOCK_R), runs)](a, c, scale, lse, w, grad_a, scale_rows,
+                                                                   *sizes, **consts)
+        kernels.column_grad_kernel[(-(-c.shape[1] // BLOCK_N), runs)](a, c, scale, lse, w, grad_c, *sizes, **consts)
+        return grad_a, grad_c, scale_rows.sum(1)
     from identifiable_cl.losses.blocked import block_backward, block_forward
 
-    grad_cT = torch.zeros_like(c.transpose(0, 1))
-    grad_s = a.new_zeros(())
-    for start, block, cT, excluded in _eager_blocks(a, c, exclude):
-        sim, exps, sums, _ = block_forward(block, cT, scale, excluded, kind, tuple(multipliers), True)
-        rows = slice(start, start + block.shape[0])
-        ga, gcT, gs = block_backward(sim, exps, w[rows] / sums, scale, block, cT, kind)
-        grad_a[rows] = ga
-        grad_cT += gcT
-        grad_s += gs
-    grad_c.copy_(grad_cT.transpose(0, 1))
+    grad_s = a.new_zeros(a.shape[0])
+    for run in range(a.shape[0]):
+        grad_cT = torch.zeros_like(c[run].transpose(0, 1))
+        for start, block, cT, excluded in _eager_blocks(a[run], c[run], exclude):
+            sim, exps, sums, _ = block_forward(block, cT, scale[run], excluded, kind, tuple(multipliers), True)
+            rows = slice(start, start + block.shape[0])
+            ga, gcT, gs = block_backward(sim, exps, w[run, rows] / sums, scale[run], block, cT, kind)
+            grad_a[run, rows] = ga
+            grad_cT += gcT
+            grad_s[run] += gs
+        grad_c[run] = grad_cT.transpose(0, 1)
     return grad_a, grad_c, grad_s

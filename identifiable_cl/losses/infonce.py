@@ -59,6 +59,8 @@ class InfoNCE(InfoNCEBound, ContrastiveLoss):
     option, reduction="logsumexp", similarity="cosine" (``identifiable_cl.losses.queue``).
     """
 
+    batches_over_runs = True
+
     OPTION_DOCS = {
         'similarity': 'cosine (aᵀb / (||a|| ||b||); the encoder should output unit vectors), dot (aᵀb), or l1/l2/l3 (-||a - b||_p^p, p = 1, 2, 3: the Laplace, Gaussian and generalised-normal conditionals of Z21)',
         'tau': 'temperature > 0 (Z21 default 1)',

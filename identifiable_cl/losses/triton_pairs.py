@@ -12,8 +12,8 @@ coordinate by coordinate (in the order of :func:`identifiable_cl.losses.blocked.
   ∂sim_ij/∂c_j.
 
 Similarity ``P``: 0 the dot product aᵀc, else -Σ_k |a_k - c_k|^P. Exclusion ``EXCLUDE``: 0 none, 1 the diagonal
-(j = i), 2 the other view (j ≡ i mod N/2). Inputs are row-major (rows, D) tensors of one dtype (float32 or
-float64); the scale s is read on the device.
+(j = i), 2 the other view (j ≡ i mod N/2). Inputs carry a leading run axis: a (K, R, D), c (K, N, D), the scale
+(K,), lse and w (K, R, M), each contiguous, of one dtype (float32 or float64); the grid's second axis is the run.
 """
 
 from __future__ import annotations
@@ -61,6 +61,13 @@ def _similarity(a_ptr, c_ptr, rows, cols, row_ok, col_ok, D, P: tl.constexpr,
 
 
 @triton.jit
+def _run(a_ptr, c_ptr, scale_ptr, lse_ptr, R, N, D, M: tl.constexpr):
+    """The pointers moved to the run of the grid's second axis."""
+    run = tl.program_id(1).to(tl.int64)
+    return a_ptr + run * R * D, c_ptr + run * N * D, scale_ptr + run, lse_ptr + run * R * M
+
+
+@triton.jit
 def _kept(rows, cols, row_ok, col_ok, N, EXCLUDE: tl.constexpr):
     """(BLOCK_R, BLOCK_N) True where the pair is in range and not excluded."""
     keep = row_ok[:, None] & col_ok[None, :]
@@ -85,6 +92,7 @@ def _accumulate(m, t, x):
 def lse_kernel(a_ptr, c_ptr, scale_ptr, lse_ptr, R, N, D, c1, c2,
                M: tl.constexpr, P: tl.constexpr, EXCLUDE: tl.constexpr,
                BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+    a_ptr, c_ptr, scale_ptr, lse_ptr = _run(a_ptr, c_ptr, scale_ptr, lse_ptr, R, N, D, M)
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = rows < R
     s = tl.load(scale_ptr)
@@ -123,6 +131,11 @@ def _dlogits(sim, keep, s, lse_ptr, w_ptr, rows, row_ok, c1, c2, M: tl.constexpr
 def row_grad_kernel(a_ptr, c_ptr, scale_ptr, lse_ptr, w_ptr, grad_ptr, scale_grad_ptr, R, N, D, c1, c2,
                     M: tl.constexpr, P: tl.constexpr, EXCLUDE: tl.constexpr,
                     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    a_ptr, c_ptr, scale_ptr, lse_ptr = _run(a_ptr, c_ptr, scale_ptr, lse_ptr, R, N, D, M)
+    run = tl.program_id(1).to(tl.int64)
+    w_ptr += run * R * M
+    grad_ptr += run * R * D
+    scale_grad_ptr += run * R
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = rows < R
     dims = tl.arange(0, BLOCK_D)
@@ -154,6 +167,10 @@ def row_grad_kernel(a_ptr, c_ptr, scale_ptr, lse_ptr, w_ptr, grad_ptr, scale_gra
 def column_grad_kernel(a_ptr, c_ptr, scale_ptr, lse_ptr, w_ptr, grad_ptr, R, N, D, c1, c2,
                        M: tl.constexpr, P: tl.constexpr, EXCLUDE: tl.constexpr,
                        BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    a_ptr, c_ptr, scale_ptr, lse_ptr = _run(a_ptr, c_ptr, scale_ptr, lse_ptr, R, N, D, M)
+    run = tl.program_id(1).to(tl.int64)
+    w_ptr += run * R * M
+    grad_ptr += run * N * D
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
     dims = tl.arange(0, BLOCK_D)

@@ -10,7 +10,9 @@ processes' mixings, where they are one network, mix every run's rows in one ``vm
 parameters and the K
 losses' learnt parameters live stacked (K, ...) for as long as the pack lasts: one encoder pass,
 ``torch.func.vmap`` over the stacked weights (torch's own batched matrix products,
-``linear.blas_only``), each run's loss on its own encodings with its row of the stacked loss parameters,
+``linear.blas_only``), each run's loss on its own encodings with its row of the stacked loss parameters (where
+the runs' losses are alike, :func:`losses_alike`, one ``vmap`` call for all of them: the InfoNCE family's fused
+operations then take every run at once),
 the summed losses' gradient (each run receives exactly its own), clipped per run, and one Adam step of
 the stacks with per-run learning rates and weight decays
 (:class:`~identifiable_cl.solvers.stacked_adam.StackedAdam`). Each run follows its stand-alone
@@ -95,6 +97,15 @@ def batched_by_default(cs: Sequence[Solver]) -> bool:
     return len(cs) > 1 and cs[0].device.type != "cpu" and unbatched_because(cs) is None
 
 
+def losses_alike(cs: Sequence[Solver]) -> bool:
+    """Whether the runs' losses compute as one ``vmap`` call over the run axis: of one class that can
+    (``batches_over_runs``), configured alike (their learnt parameters may differ), taking nothing from the batch
+    but the encodings."""
+    first = cs[0]
+    return (getattr(first.loss, "batches_over_runs", False) and not getattr(first.loss, "uses_aux", False)
+            and all(type(c.loss) is type(first.loss) and c.config["loss"] == first.config["loss"] for c in cs))
+
+
 class StackedPack:
     """K runs whose encoder and loss parameters live stacked along a run axis (K, ...), stepped as one computation.
 
@@ -128,6 +139,7 @@ class StackedPack:
         captured = first.config["train"]["capture"] == "graph"
         self.graph = GraphStep(self.work, [c.batches for c in cs], device, enabled=captured)
         self.mixings = self._mixings()
+        self.loss_axis = losses_alike(cs)
         clips = [c.config["optim"]["grad_clip"] for c in cs]
         self.clip = None if all(c is None for c in clips) else torch.tensor(
             [math.inf if c is None else c for c in clips], dtype=torch.float64, device=device)
@@ -175,12 +187,17 @@ class StackedPack:
             h_all = vmap(lambda p, b, rows: functional_call(cs[0].encoder, (p, b), (rows,)))(self.encoder, buffers, x)
         h_all = h_all.to(cs[0].process.dtype)
         encoded = [split_encodings(h, batch) for batch, h in zip(batches, h_all)]
-        losses = []
-        for k, (c, batch, inputs) in enumerate(zip(cs, batches, encoded)):
-            with c.loss_memory():
-                losses.append(functional_call(c.loss, {n: stack[k] for n, stack in self.loss.items()}, inputs,
-                                              loss_arguments(c.loss, batch)))
-        stacked = torch.stack(losses)
+        if self.loss_axis:
+            loss, rows = cs[0].loss, batches[0]
+            with cs[0].loss_memory():
+                stacked = vmap(lambda p, h: functional_call(loss, p, split_encodings(h, rows)))(self.loss, h_all)
+        else:
+            losses = []
+            for k, (c, batch, inputs) in enumerate(zip(cs, batches, encoded)):
+                with c.loss_memory():
+                    losses.append(functional_call(c.loss, {n: stack[k] for n, stack in self.loss.items()}, inputs,
+                                                  loss_arguments(c.loss, batch)))
+            stacked = torch.stack(losses)
         self.optimizer.zero_grad()
         stacked.sum().backward()
         if self.clip is not None:

@@ -18,7 +18,8 @@ from identifiable_cl.benchmarks.step_cost import counted
 
 from tests.losses.test_blocked import assert_same, dense_hard_negative, dense_infonce, inputs, value_and_grads
 
-needs_triton = pytest.mark.skipif(not fused.triton_available(), reason="Triton is not installed")
+needs_triton = pytest.mark.skipif(not fused.triton_available() or torch.cuda.is_available(),
+                                  reason="Triton is not installed, or compiles for the GPU here (tests/test_cuda.py)")
 WAYS = ["eager", pytest.param("triton", marks=needs_triton)]
 """How the operations compute on a CPU: their eager implementation, or the Triton kernels interpreted."""
 
@@ -138,8 +139,8 @@ def test_interpreting_needs_triton_imported_for_it():
     import subprocess
     import sys
 
-    if not fused.triton_available():
-        pytest.skip("Triton is not installed")
+    if not fused.triton_available() or torch.cuda.is_available():
+        pytest.skip("Triton is not installed, or compiles for the GPU here")
     code = ("import os; os.environ.pop('TRITON_INTERPRET', None)\n"
             "from identifiable_cl.losses import fused\n"
             "try:\n    with fused.interpreted(): pass\nexcept RuntimeError as e: print(e)\n")

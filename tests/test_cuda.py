@@ -121,10 +121,12 @@ def test_a_captured_step_replays_the_eager_steps_without_a_synchronisation():
     assert pack.graph.graph is not None
 
 
-@pytest.mark.parametrize("kind", ["cosine", "dot", "l1", "l2", "l3"])
-@pytest.mark.parametrize("negatives", ["symmetric", "r24", "first_view", "independent"])
+@pytest.mark.parametrize("kind", ["cosine", "l1", "l3"])
+@pytest.mark.parametrize("negatives", ["symmetric", "r24", "independent"])
 def test_fused_triton_kernels_on_cuda_equal_the_dense_form(kind, negatives):
-    """The compiled kernels (the auto choice on CUDA) in float64, B = 70 (two partial tiles each way)."""
+    """The compiled kernels (the auto choice on CUDA) in float64, B = 70 (two partial tiles each way): the dot
+    product and two powers, every exclusion rule (each a kernel of its own to compile; the interpreter checks the
+    rest on a CPU, tests/losses/test_fused.py)."""
     from identifiable_cl.losses import InfoNCE, blocked, fused
     from tests.losses.test_blocked import assert_same, dense_infonce, inputs, value_and_grads
 

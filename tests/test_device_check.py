@@ -1,4 +1,4 @@
-"""The prepared GPU check: its step choice, its experiment copy, and one whole run on the CPU with --tiny."""
+"""The prepared GPU check: its cost of a step, its experiment copy, and one whole run on the CPU with --tiny."""
 
 import json
 from pathlib import Path
@@ -12,20 +12,13 @@ from identifiable_cl.cli import main as icl
 from identifiable_cl.reproduce.experiment import load_experiment
 
 
-@pytest.mark.parametrize("left,want", [(1000.0, 100000), (500.0, 50000), (200.0, 32000), (20.0, 500)])
-def test_steps_are_measured_then_chosen(left, want):
-    # pilots: 100 steps in 20.5 s, 500 steps in 22.5 s -> a = 20 s, b = 5 ms a step
-    steps, a, b, why = dc.choose_steps((100, 500), (20.5, 22.5), left, (100000, 50000), 1000)
-    assert (steps, a, b) == (want, pytest.approx(20.0), pytest.approx(0.005))
-    assert str(steps) in why
-    if want <= 50000:
-        assert a + b * want <= 0.9 * left or want == 500
-
-
-def test_a_slope_lost_in_noise_is_replaced_by_the_longer_pilots_wall_per_step():
-    steps, a, b, _ = dc.choose_steps((100, 500), (30.0, 29.0), 3000.0, (100000, 50000), 1000)
-    assert b == pytest.approx(29.0 / 500) and a == pytest.approx(30.0 - 100 * 29.0 / 500)
-    assert steps == int((2700 - a) / b) // 1000 * 1000 == 46000
+def test_the_cost_of_a_step_is_read_from_the_runs_wall_times():
+    found = {"aninfonce_bimodal": [{"wall_s": 30.0, "steps": 10000}, {"wall_s": 30.0, "steps": 10000}],
+             "infonce_linear": [{"wall_s": 50.0, "steps": 10000}]}
+    costs = dc.step_costs(found, pack=2)
+    assert costs["aninfonce_bimodal"] == pytest.approx(0.003) and costs["infonce_linear"] == pytest.approx(0.005)
+    assert costs["per_run_step"] == pytest.approx(0.002)
+    assert dc.step_costs({}, pack=3) == {}
 
 
 def test_the_official_log_column_at_or_below_the_steps_taken():
@@ -36,14 +29,14 @@ def test_the_official_log_column_at_or_below_the_steps_taken():
 
 def test_the_experiment_copy_changes_only_the_steps_and_cadences(tmp_path):
     original = load_experiment(dc.EXPERIMENT)
-    copy = load_experiment(dc.experiment_copy(dc.paper_plan(), 50000, tmp_path / "x"))
+    copy = load_experiment(dc.experiment_copy(dc.r24_plan("paper"), 50000, tmp_path / "x"))
     for run in original.runs:
         want = original.config(run.label, "paper")
         got = copy.config(run.label, "paper")
         assert got["train"].pop("steps") == 50000 and want["train"].pop("steps") == 100000
         assert got["train"].pop("capture") == "graph" and want["train"].pop("capture") == "eager"
         assert got == want, run.label
-    short = load_experiment(dc.experiment_copy(dc.paper_plan(), 500, tmp_path / "y")).config("aninfonce_bimodal", "paper")
+    short = load_experiment(dc.experiment_copy(dc.r24_plan("paper"), 500, tmp_path / "y")).config("aninfonce_bimodal", "paper")
     assert short["train"]["eval_every"] == short["train"]["checkpoint_every"] == 500
     assert short["eval"]["in_sample_n"] == 4096  # the official logs' in-sample scores exist at paper scale
 
@@ -79,13 +72,13 @@ def test_tiny_check_runs_end_to_end_on_the_cpu(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [
         "bench.txt", "device_check.json", "r24.log", "reproduce.md", "results.md", "tests.txt"]
     data = json.loads((out / "device_check.json").read_text())
-    assert [s["finished"] for s in data["record"]] == [True] * 5
-    assert data["steps"] in (12, 8) and set(data["pilots"]) == {"2", "4"}
+    assert [s["finished"] for s in data["record"]] == [True] * 3
+    assert data["steps"] == 12 and data["step_costs_s"]["per_run_step"] > 0
     row = next(r for r in data["comparison"] if r["run"] == "aninfonce_bimodal" and r["metric"] == "r2_linear_in_sample")
     assert row["seeds"] == 1 and -1 < row["mean"] <= 1 and row["log_step"] is None
     assert "packed runs on cpu" in (out / "bench.txt").read_text()
     text = (out / "results.md").read_text()
-    assert f"R24 at paper scale: {data['steps']} steps" in text and "aninfonce_bimodal" in text
+    assert "R24 at medium scale: 12 steps" in text and "aninfonce_bimodal" in text and "ms per run-step" in text
     assert "# " in (out / "reproduce.md").read_text()
 
 
@@ -100,24 +93,24 @@ def test_bench_device_choice(capsys):
         assert err == "icl bench: error: --device=cuda: CUDA is not available on this machine; use --device=cpu"
 
 
-def test_a_pilot_stopped_at_its_share_starts_no_paper_scale_run(tmp_path, monkeypatch):
+def test_a_reproduction_stopped_at_the_budget_reports_what_it_has(tmp_path, monkeypatch):
     calls = []
 
-    def stopped_pilots(argv, log, timeout, step, env):
+    def stopped_reproduction(argv, log, timeout, step, env):
         calls.append(argv)
         with open(log, "a") as out:
             out.write("$ " + " ".join(argv) + "\n")
         step.wall_s += timeout
         return 0 if "pytest" in argv or "bench" in argv else None
 
-    monkeypatch.setattr(dc, "run_logged", stopped_pilots)
+    monkeypatch.setattr(dc, "run_logged", stopped_reproduction)
     out = tmp_path / "out"
     data = dc.run_check(out, budget=100.0, device="cpu", tiny=True, work=tmp_path / "work")
-    assert [s["name"] for s in data["record"]][-1] == "R24 pilot, 2 steps"  # the 4-step pilot not started either
-    assert data["steps"] == 0 and data["fixed_s"] is None and data["step_s"] is None
+    assert [s["finished"] for s in data["record"]] == [True, True, False]
+    assert data["step_costs_s"] == {} and all(r["mean"] is None for r in data["comparison"])
     assert sum("reproduce" in argv for argv in calls) == 1
     text = (out / "results.md").read_text()
-    assert "did not finish within its share" in text and "reproduce.md" not in text
+    assert "no run finished" in text and "(stopped or failed)" in text and "reproduce.md" not in text
     assert not (out / "reproduce.md").exists()
 
 
@@ -125,6 +118,7 @@ def test_a_pilot_stopped_at_its_share_starts_no_paper_scale_run(tmp_path, monkey
     (["out.txt", "--device", "cpu"], "OUT 'out.txt' is a file: give a folder"),
     (["out", "--device", "cpu", "--work", "out.txt"], "--work 'out.txt' is a file: give a folder"),
     (["out", "--device", "cpu", "--budget", "0"], "--budget=0.0: must be a positive number of seconds"),
+    (["out", "--device", "cpu", "--steps", "0"], "--steps=0: must be a whole number of steps from 1 to 100000"),
 ] + ([] if torch.cuda.is_available() else [(["out"], "--device cuda: CUDA is not available on this machine")]))
 def test_a_check_that_cannot_start_says_why_in_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, problem):
     monkeypatch.chdir(tmp_path)

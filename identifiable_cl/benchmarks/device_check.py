@@ -1,36 +1,36 @@
-"""The prepared GPU check: CUDA tests, ``icl bench`` on the device, and R24's table at paper scale in one go.
+"""The prepared GPU check: CUDA tests, ``icl bench`` on the device, and R24's table in one go.
 
-    python -m identifiable_cl.benchmarks.device_check OUT [--budget SECONDS] [--device cuda] [--capture graph] [--tiny]
+    python -m identifiable_cl.benchmarks.device_check OUT [--budget SECONDS] [--device cuda] [--capture graph]
+        [--r24 medium|paper] [--steps N] [--tiny]
 
-Runs on a machine with torch (CUDA build), scipy, scikit-learn, matplotlib and pytest, with or without
-wandb (W&B is switched off: ``WANDB_MODE=disabled``), from the repository root of a source checkout
-(the tests live there) with the package importable (``pip install --no-deps --no-build-isolation -e .``
-or ``PYTHONPATH=.``). Every step has a share of the budget and is stopped when it runs out, so the
-whole check ends within ``--budget`` seconds (default 540), in this order:
+Runs on a machine with torch (CUDA build, with Triton), scipy, scikit-learn, matplotlib and pytest, with or
+without wandb (W&B is switched off: ``WANDB_MODE=disabled``), from the repository root of a source checkout (the
+tests live there) with the package importable (``pip install --no-deps --no-build-isolation -e .`` or
+``PYTHONPATH=.``). Every step has a share of the budget and is stopped when it runs out, so the whole check ends
+within ``--budget`` seconds (default 540), in this order:
 
-1. ``pytest -m cuda`` (the CUDA variants of the suite) → ``OUT/tests.txt``;
+1. ``pytest -m cuda`` (the CUDA variants of the suite, the fused Triton kernels among them) → ``OUT/tests.txt``;
 2. ``icl bench --device DEVICE --only loss training precision packing`` → ``OUT/bench.txt``: the loss as the
-   whole matrix against 64 MiB blocks; each training step against its encoder's floor at batch 1000 and 6144,
-   with its host synchronisations (torch's sync debug mode and the package's own count) and the same step
-   recorded as a CUDA graph; bf16 against fp32; packs of K = 1, 4, 12, 32 stacked along a run axis, and
-   captured, against the same runs in turn;
-3. R24 (experiment ``rusak2024``) at paper scale, 4 runs × 3 seeds, the three seeds of a run packed
-   in one process (stacked along a run axis, each step recorded as a CUDA graph unless ``--capture eager``)
-   and the four processes side by side on the device. The number of steps is measured,
-   then chosen: two pilot reproductions of 100 and 500 steps give the fixed cost ``a`` and the cost
-   per step ``b`` of the whole reproduction (wall ≈ a + b·N); the full run takes 100,000 steps if
-   a + b·N fits 90 % of the budget left, else 50,000, else the most that fit (a multiple of 1,000); a pilot
-   stopped at its share measures nothing, and then no paper-scale run starts →
-   ``OUT/r24.log`` (the runner's output), ``OUT/reproduce.md`` (the reproduction's own report);
-4. ``OUT/results.md``: AnInfoNCE's in-sample linear R² and MCC (mean ± std over the seeds) against
-   the official training logs at the nearest logged step count at or below the one taken, with the
-   tolerance ±0.02, and every step's wall time; ``OUT/device_check.json``: the same as data.
+   whole matrix against the fused kernels and 64 MiB blocks; each training step against its encoder's floor at
+   batch 1000 and 6144, with its host synchronisations and the same step recorded as a CUDA graph; bf16 and tf32
+   against fp32; packs of K = 1, 4, 12 stacked along a run axis, and captured, against the same runs in turn
+   (each configuration built once);
+3. R24 (experiment ``rusak2024``), 4 runs × 3 seeds, the three seeds of a run packed in one process (stacked
+   along a run axis, each step recorded as a CUDA graph unless ``--capture eager``) and the four processes side
+   by side on the device, for ``--steps`` steps (default: the scale's own, 10,000 at ``medium`` and 100,000 at
+   ``paper``), stopped at the budget left → ``OUT/r24.log`` (the runner's output), ``OUT/reproduce.md`` (the
+   reproduction's own report). The cost of a step is read from the runs' own wall times afterwards: the
+   first call (``--r24 medium``) measures it, and a second call (``--r24 paper --steps N``) takes as many of the
+   paper's 100,000 steps as that cost fits into its budget;
+4. ``OUT/results.md``: AnInfoNCE's in-sample linear R² and MCC (mean ± std over the seeds) against the official
+   training logs at the nearest logged step count at or below the one taken, with the tolerance ±0.02, the cost
+   per step, and every step's wall time; ``OUT/device_check.json``: the same as data.
 
-The runs themselves are written to ``--work`` (default: a new temporary folder), outside ``OUT``; no file
-in ``OUT`` exceeds :data:`MAX_FILE_BYTES` (a longer log keeps its end).
-``--tiny`` checks the plumbing on any machine in well under a minute: the experiment's ``tiny``
-settings (a small encoder, batch 64, small evaluations), pilots of 2 and 4 steps, 12 or 8 steps for
-the full run, one seed of the bimodal AnInfoNCE run; ``--tests`` and ``--bench`` narrow steps 1 and 2.
+The runs themselves are written to ``--work`` (default: a new temporary folder), outside ``OUT``; no file in ``OUT``
+exceeds :data:`MAX_FILE_BYTES` (a longer log keeps its end), and ``OUT`` holds at most six files.
+``--tiny`` checks the plumbing on any machine in well under a minute: the experiment's ``tiny`` settings (a small
+encoder, batch 64, small evaluations), 12 steps, one seed of the bimodal AnInfoNCE run; ``--tests`` and
+``--bench`` narrow steps 1 and 2.
 """
 
 from __future__ import annotations
@@ -63,28 +63,30 @@ MAX_FILE_BYTES = 16 << 20
 """The most bytes a file of ``OUT`` holds."""
 
 
+SCALE_STEPS = {"medium": 10000, "paper": 100000}
+"""The steps R24's runs take at each scale the check runs, unless ``--steps`` says."""
+
+
 @dataclass(frozen=True)
 class Plan:
-    """What the R24 step runs: its scale's settings, patched by ``patch``; pilot and candidate step counts."""
+    """What the R24 step runs: its scale's settings, patched by ``patch``, for ``steps`` steps."""
 
     scale: str
-    pilots: tuple[int, int]
-    candidates: tuple[int, ...]
+    steps: int
     seeds: int
     runs: tuple[str, ...] | None
     patch: dict[str, Any] = field(default_factory=dict)
-    granularity: int = 1000
 
 
-def paper_plan(capture: str = "graph") -> Plan:
-    return Plan("paper", (100, 500), (100000, 50000), seeds=3, runs=None, patch={"train.capture": capture})
+def r24_plan(scale: str = "medium", steps: int | None = None, capture: str = "graph") -> Plan:
+    return Plan(scale, SCALE_STEPS[scale] if steps is None else steps, seeds=3, runs=None,
+                patch={"train.capture": capture})
 
 
 def tiny_plan() -> Plan:
     from identifiable_cl.reproduce.experiment import TINY
 
-    return Plan("paper", (2, 4), (12, 8), seeds=1, runs=("aninfonce_bimodal",),
-                patch={**TINY, "eval.in_sample_n": 256}, granularity=1)
+    return Plan("medium", 12, seeds=1, runs=("aninfonce_bimodal",), patch={**TINY, "eval.in_sample_n": 256})
 
 
 @dataclass
@@ -149,27 +151,6 @@ def reproduce_argv(experiment: Path, plan: Plan, out: Path) -> list[str]:
     return argv + (["--runs", ",".join(plan.runs)] if plan.runs else [])
 
 
-def choose_steps(pilots: tuple[int, int], walls: tuple[float, float], left: float, candidates: Sequence[int],
-                 granularity: int) -> tuple[int, float, float, str]:
-    """``(steps, a, b, why)``: from two pilot walls, the fixed cost ``a`` and cost per step ``b`` (wall ≈ a + b·N),
-    then the first candidate whose predicted wall fits 90 % of ``left``, else the most steps that fit, in
-    multiples of ``granularity`` (at least the longer pilot's). A slope that noise made non-positive is
-    replaced by the longer pilot's wall per step, which overestimates it."""
-    (n1, n2), (w1, w2) = pilots, walls
-    b = (w2 - w1) / (n2 - n1)
-    if not b > 0:
-        b = w2 / n2
-    a = max(0.0, w1 - b * n1)
-    room = 0.9 * left
-    for n in candidates:
-        if a + b * n <= room:
-            return n, a, b, f"{n} steps fit: predicted {a + b * n:.0f} s of {left:.0f} s left"
-    fit = int((room - a) / b) // granularity * granularity if room > a else 0
-    steps = max(fit, n2)
-    return steps, a, b, (f"{candidates[-1]} steps do not fit (predicted {a + b * candidates[-1]:.0f} s of {left:.0f} s "
-                         f"left): {steps} steps, the most that fit")
-
-
 def logged_column(steps: int, run: str) -> int | None:
     """The official log's step count nearest at or below ``steps`` (None below the first)."""
     below = [s for s in OFFICIAL_LOGS[run] if s <= steps]
@@ -189,6 +170,17 @@ def summaries(out: Path, scale: str) -> dict[str, list[dict[str, Any]]]:
     return found
 
 
+def step_costs(found: dict[str, list[dict[str, Any]]], pack: int) -> dict[str, float]:
+    """Per run label, the median over its runs of the pack's wall seconds per step (``wall_s / steps`` of the
+    summaries: a packed run's wall time is its pack's), and ``per_run_step``: that over the pack's ``pack`` runs,
+    averaged over the labels (the four packs train side by side, so each one's time is shared with the others)."""
+    costs = {label: statistics.median(s["wall_s"] / s["steps"] for s in runs)
+             for label, runs in found.items() if runs}
+    if costs:
+        costs["per_run_step"] = statistics.fmean(costs.values()) / pack
+    return costs
+
+
 def comparison(found: dict[str, list[dict[str, Any]]], steps: int) -> list[dict[str, Any]]:
     """Per AnInfoNCE run and metric: the mean ± std over seeds against the official log at ``steps``."""
     rows = []
@@ -205,7 +197,7 @@ def comparison(found: dict[str, list[dict[str, Any]]], steps: int) -> list[dict[
     return rows
 
 
-def markdown(device: str, plan: Plan, steps: int, why: str, rows: list[dict[str, Any]], record: list[Step],
+def markdown(device: str, plan: Plan, costs: dict[str, float], rows: list[dict[str, Any]], record: list[Step],
              command: str) -> str:
     lines = [
         "# Device check",
@@ -219,12 +211,16 @@ def markdown(device: str, plan: Plan, steps: int, why: str, rows: list[dict[str,
     lines += [f"| {s.name} | {s.wall_s:.0f} s | {s.outcome}{'' if s.finished else ' (stopped or failed)'} |" for s in record]
     lines += [
         "",
-        f"## R24 at paper scale: {steps} steps, {plan.seeds} seed(s)",
+        f"## R24 at {plan.scale} scale: {plan.steps} steps, {plan.seeds} seed(s)",
         "",
-        f"Steps chosen: {why}.",
+        "Cost of a step, from the runs' own wall times (evaluations included): "
+        + ("; ".join(f"{label} {1e3 * cost:.2f} ms per step of its pack" for label, cost in costs.items()
+                     if label != "per_run_step")
+           + f"; {1e3 * costs['per_run_step']:.3f} ms per run-step, the packs side by side"
+           if costs else "no run finished") + ".",
         "",
         "AnInfoNCE, in-sample (4,096 fresh samples, as the official logs), mean ± std over seeds, against R24's "
-        f"official training logs at the nearest logged step at or below {steps}; tolerance ±{TOLERANCE}:",
+        f"official training logs at the nearest logged step at or below {plan.steps}; tolerance ±{TOLERANCE}:",
         "",
         "| run | metric | seeds | ours | log (step) | within |",
         "|---|---|---|---|---|---|",
@@ -233,7 +229,7 @@ def markdown(device: str, plan: Plan, steps: int, why: str, rows: list[dict[str,
         log = f"{r['log']:.3f} ({r['log_step']})" if r["log_step"] is not None else "(no log this early)"
         ours = f"{r['mean']:.3f} ± {r['std']:.3f}" if r["mean"] is not None else "(no finished run)"
         lines.append(f"| {r['run']} | {r['metric']} | {r['seeds']} | {ours} | {log} | {'yes' if r['within'] else 'no'} |")
-    if steps:
+    if costs:
         lines += ["", "The reproduction's own report, with every run and claim: `reproduce.md`."]
     lines.append("")
     return "\n".join(lines)
@@ -267,7 +263,8 @@ def keep_end(path: Path, limit: int = MAX_FILE_BYTES) -> None:
 
 def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool = False,
               tests: Sequence[str] = ("tests",), bench: Sequence[str] = BENCH_SECTIONS, work: Path | None = None,
-              command: str = "", capture: str = "graph") -> dict[str, Any]:
+              command: str = "", capture: str = "graph", scale: str = "medium",
+              steps: int | None = None) -> dict[str, Any]:
     """Run the check (see the module docstring) into ``out``; returns what ``device_check.json`` holds."""
     from identifiable_cl import rundir
 
@@ -284,7 +281,7 @@ def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="device-check-")) if work is None else work
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
-    plan = tiny_plan() if tiny else paper_plan(capture)
+    plan = tiny_plan() if tiny else r24_plan(scale, steps, capture)
 
     step = begin("CUDA tests (pytest -m cuda)")
     log = out / "tests.txt"
@@ -298,42 +295,21 @@ def run_check(out: Path, budget: float = 540.0, device: str = "cuda", tiny: bool
     code = run_logged(argv + (["--quick"] if tiny else []), log, min(180.0, 0.35 * left()), step, env)
     step.finished, step.outcome = code == 0, f"{len(log.read_text().splitlines())} lines"
 
-    walls: list[float] = []
-    r24_log = out / "r24.log"
+    step = begin(f"R24 at {plan.scale} scale, {plan.steps} steps")
     full = work / "reproduce"
-    for n in plan.pilots:
-        step = begin(f"R24 pilot, {n} steps")
-        folder = experiment_copy(plan, n, work / f"experiment-{n}")
-        # the longer pilot gets twice the shorter one's wall where the budget allows: its fixed cost alone
-        # can exceed a quarter of what is left
-        share = 0.25 * left() if not walls else min(0.5 * left(), max(0.25 * left(), 2 * walls[0]))
-        code = run_logged(reproduce_argv(folder, plan, work / f"pilot-{n}"), r24_log, share, step, env)
-        step.finished, step.outcome = code is not None, f"exit {code}; {step.wall_s:.1f} s"
-        walls.append(step.wall_s)
-        if code is None:
-            break
-    if not record[-1].finished:  # a pilot stopped: the loop ended there
-        steps, a, b = 0, None, None
-        why = (f"the {plan.pilots[len(walls) - 1]}-step pilot did not finish within its share of the budget "
-               f"({walls[-1]:.0f} s), so no cost per step was measured and no paper-scale run was started; "
-               "give the check a larger --budget or fewer --bench sections")
-    else:
-        steps, a, b, why = choose_steps(plan.pilots, (walls[0], walls[1]), left() - 15, plan.candidates,
-                                        plan.granularity)
-        why += f" (fixed cost a = {a:.1f} s, b = {1e3 * b:.2f} ms per step of the whole reproduction)"
-        step = begin(f"R24 paper scale, {steps} steps")
-        folder = experiment_copy(plan, steps, work / "experiment")
-        code = run_logged(reproduce_argv(folder, plan, full), r24_log, left() - 10, step, env)
-        step.finished, step.outcome = code is not None, f"exit {code}; {last_line(r24_log)}"
+    folder = experiment_copy(plan, plan.steps, work / "experiment")
+    code = run_logged(reproduce_argv(folder, plan, full), out / "r24.log", left() - 10, step, env)
+    step.finished, step.outcome = code is not None, f"exit {code}; {last_line(out / 'r24.log')}"
     if (full / "results.md").is_file():
         rundir.write_text(out / "reproduce.md", (full / "results.md").read_text())
 
-    rows = comparison(summaries(full, plan.scale), steps)
+    found = summaries(full, plan.scale)
+    costs = step_costs(found, plan.seeds)
+    rows = comparison(found, plan.steps)
     name = device_name(device)
-    rundir.write_text(out / "results.md", markdown(name, plan, steps, why, rows, record, command))
-    data = {"device": name, "torch": _torch_version(), "budget_s": budget, "steps": steps, "why": why,
-            "pilots": dict(zip(map(str, plan.pilots), walls)), "fixed_s": a, "step_s": b,
-            "record": [asdict(s) for s in record], "comparison": rows, "work": str(work)}
+    rundir.write_text(out / "results.md", markdown(name, plan, costs, rows, record, command))
+    data = {"device": name, "torch": _torch_version(), "budget_s": budget, "scale": plan.scale, "steps": plan.steps,
+            "step_costs_s": costs, "record": [asdict(s) for s in record], "comparison": rows, "work": str(work)}
     rundir.write_text(out / "device_check.json", json.dumps(data, indent=2))
     for path in out.iterdir():
         keep_end(path)
@@ -344,6 +320,8 @@ def refused(args: argparse.Namespace) -> str | None:
     """Why the check cannot start, in one line, before it writes anything; None when it can."""
     if not args.budget > 0:
         return f"--budget={args.budget}: must be a positive number of seconds"
+    if args.steps is not None and not 1 <= args.steps <= SCALE_STEPS["paper"]:
+        return f"--steps={args.steps}: must be a whole number of steps from 1 to {SCALE_STEPS['paper']}"
     for name, path in (("OUT", args.out), ("--work", args.work)):
         if path is not None and Path(path).exists() and not Path(path).is_dir():
             return f"{name} {path!r} is a file: give a folder (new or existing) for the check's files"
@@ -363,7 +341,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=540.0, help="seconds for the whole check (default: 540)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="where to bench (default: cuda)")
     parser.add_argument("--capture", default="graph", choices=("graph", "eager"),
-                        help="train.capture of R24's paper-scale runs (default: graph)")
+                        help="train.capture of R24's runs (default: graph)")
+    parser.add_argument("--r24", default="medium", choices=tuple(SCALE_STEPS),
+                        help="the scale of R24's runs (default: medium, 10,000 steps)")
+    parser.add_argument("--steps", type=int, help="steps of R24's runs (default: the scale's own)")
     parser.add_argument("--tiny", action="store_true", help="check the plumbing in seconds (any machine)")
     parser.add_argument("--tests", nargs="+", default=["tests"], help="test paths for pytest -m cuda (default: tests)")
     parser.add_argument("--bench", nargs="+", default=list(BENCH_SECTIONS), help="bench sections")
@@ -375,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     command = " ".join(["python -m identifiable_cl.benchmarks.device_check", *(argv if argv is not None else sys.argv[1:])])
     data = run_check(Path(args.out), args.budget, args.device, args.tiny, args.tests, args.bench,
-                     Path(args.work) if args.work else None, command, args.capture)
+                     Path(args.work) if args.work else None, command, args.capture, args.r24, args.steps)
     print((Path(args.out) / "results.md").read_text())
     return 0 if all(s["finished"] for s in data["record"]) else 1
 

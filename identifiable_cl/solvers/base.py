@@ -152,9 +152,12 @@ class Solver:
         return tensor_float32(self.config["train"]["precision"] == "tf32")
 
     def precision(self) -> torch.autocast:
-        """bfloat16 autocast for the encoder's forward pass under ``train.precision: bf16``, else a no-op."""
+        """bfloat16 autocast for the encoder's forward pass under ``train.precision: bf16``, else a no-op; without
+        autocast's cache of cast weights when the step is recorded as a CUDA graph (``train.capture: graph``: a
+        cached cast would be a tensor of the recording, replayed stale)."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16,
-                              enabled=self.config["train"]["precision"] == "bf16")
+                              enabled=self.config["train"]["precision"] == "bf16",
+                              cache_enabled=self.config["train"]["capture"] != "graph")
 
     # ------------------------------------------------------------------------------------- reading it
 

@@ -116,7 +116,8 @@ class StackedPack:
     again, to step alone or in another pack.
     """
 
-    def __init__(self, cs: Sequence[Solver]):
+    def __init__(self, cs: Sequence[Solver], capture: bool | None = None):
+        """``capture``: record the step as a CUDA graph (None: as the runs' ``train.capture`` says)."""
         check_packable(cs)
         reason = unbatched_because(cs)
         if reason is not None:
@@ -136,7 +137,7 @@ class StackedPack:
                  for modules, into in (([c.encoder for c in cs], self.encoder), ([c.loss for c in cs], self.loss))
                  for name, own in by_name(modules, "named_parameters").items()]
         self.optimizer = StackedAdam(slots, self.steps, group["betas"], group["eps"])
-        captured = first.config["train"]["capture"] == "graph"
+        captured = first.config["train"]["capture"] == "graph" if capture is None else capture
         self.graph = GraphStep(self.work, [c.batches for c in cs], device, enabled=captured)
         self.mixings = self._mixings()
         self.loss_axis = losses_alike(cs)

@@ -283,8 +283,8 @@ matrix at the bench's batches, to weigh the whole matrix against blocks on an ac
 
 
 def loss_step(kind: str, batch: int, impl: str, device: torch.device) -> Callable[[], None]:
-    """Forward + backward of symmetric InfoNCE (τ = 0.1) by ``impl``: native, eager (the whole matrix where it fits
-    the default ``train.loss_memory``), blocks (eager within :data:`BLOCKS_MIB`) or naive."""
+    """Forward + backward of symmetric InfoNCE (τ = 0.1) by ``impl``: native, fused, eager (the whole matrix where
+    it fits the default ``train.loss_memory``), blocks (eager within :data:`BLOCKS_MIB`) or naive."""
     from identifiable_cl.losses import InfoNCE
     from identifiable_cl.losses.blocked import loss_memory, use_kernels
 
@@ -337,10 +337,12 @@ def _status_kib(field: str) -> int:
 
 def bench_loss(batches: Iterable[int] = (1024, 6144), reps: int = 3, memory: bool = True,
                device: torch.device | None = None, print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    from identifiable_cl.losses import native
+    from identifiable_cl.losses import fused, native
 
     device = device or bench_device()
     impls = (["native"] if device.type == "cpu" and native.available() else []) + ["eager"]
+    if device.type == "cuda" and fused.triton_available():
+        impls.insert(0, "fused")
     impls += ["naive"] if device.type == "cpu" else ["blocks", "naive"]  # a CPU's eager kernels already take blocks
     print_fn(f"\nloss forward+backward, symmetric InfoNCE, n = 10, on {device}: ms, and % of the encoder's fwd+bwd on 2B rows "
              f"({_matmul(device)})")

@@ -76,3 +76,23 @@ def test_the_counter_sees_scalar_reads_and_data_dependent_shapes_of_our_own_code
     assert unchecked == {}
     masked = host_syncs(lambda: truncation._rejection(x, x > 0, lambda idx: (x[idx], x[idx] < 2)))
     assert any("nonzero" in k or "index" in k for k in masked)
+
+
+@pytest.mark.parametrize("setting", ["default (box, Laplace, L1 InfoNCE)", "R24 anisotropic, AnInfoNCE",
+                                     "loss hard_negative", "sphere, vMF (Wood's sampler in blocks)"])
+def test_the_fused_loss_operations_add_no_synchronisation_alone_or_in_a_pack(setting, monkeypatch):
+    """The InfoNCE family's fused operations (the choice on a GPU with Triton), for one run and for a pack of three
+    whose losses compute as one call along the run axis."""
+    from identifiable_cl.solvers.packed import StackedPack
+
+    monkeypatch.setenv("ICL_KERNELS", "fused")
+    configs = [tiny_config(**{"train.batch_size": 64, "seed": seed, **SETTINGS[setting]}) for seed in range(3)]
+    c = build(configs[0])
+    for _ in range(3):
+        c.step()
+    assert host_syncs(c.step) == {} and host_uploads(c.step) == {}
+    pack = StackedPack([build(config) for config in configs])
+    assert pack.loss_axis
+    for _ in range(3):
+        pack.step()
+    assert host_syncs(pack.step) == {} and host_uploads(pack.step) == {}

@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 import math
 import re
+import unicodedata
 from typing import Any, Iterable, Iterator
 
 _CHECKING = contextvars.ContextVar("dgp_checking", default=False)
@@ -64,6 +65,16 @@ class OptionError(ValueError):
         own = set(own)
         return OptionError(tuple(f"{section}.{k}" if re.match(r"[^.\[]*", k).group() in own else k
                                  for k in self.keys), self.detail)
+
+
+def invisible(text: Any, kinds: tuple[str, ...] = ("Cc", "Cf"), allowed: str = "") -> str:
+    """The invisible characters of ``text`` named in words (``U+200B ZERO WIDTH SPACE``): of the Unicode categories
+    ``kinds`` (default: control and format characters, which print as nothing or move the terminal's cursor), other
+    than those in ``allowed``; empty when it holds none or is no string."""
+    if not isinstance(text, str):
+        return ""
+    found = dict.fromkeys(ch for ch in text if unicodedata.category(ch) in kinds and ch not in allowed)
+    return ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, '(a control character)')}" for ch in found)
 
 
 def fail(key: str, value: Any, allowed: str) -> None:

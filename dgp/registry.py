@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from dgp import checks
 from dgp.checks import OptionError, current_section, section
 
 ENTRY_POINT_PREFIX = "identifiable_cl."
@@ -173,10 +174,11 @@ class Registry:
         allowed = user_options(obj, exclude=set(kwargs))
         unknown = sorted(set(options) - set(allowed))
         if unknown and not accepts_var_kwargs(obj):
-            spaced = [f"{o!r} has spaces around it" for o in unknown if isinstance(o, str) and o.strip() in allowed]
+            notes = [f"{o!r} has spaces around it" for o in unknown if isinstance(o, str) and o.strip() in allowed]
+            notes += [f"{ascii(o)} holds {hidden}" for o in unknown if (hidden := checks.invisible(o))]
             raise OptionError(tuple(f"{key}.{o}" for o in unknown), f": unknown option(s) for {self.kind} "
                               f"{spec['name']!r}; allowed: {', '.join(allowed) or '(none)'}"
-                              + "".join(f"; {note}" for note in spaced))
+                              + "".join(f"; {note}" for note in notes))
         missing = [name for name, p in option_parameters(obj)[0].items()
                    if p.default is inspect.Parameter.empty and name not in kwargs and name not in options]
         if missing:

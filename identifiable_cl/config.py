@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from dgp import checks
 from dgp.checks import fail
 from dgp.defaults import DEFAULT_CONFIG as DGP_DEFAULTS
 from dgp.defaults import DTYPE_NAMES
@@ -82,6 +83,11 @@ class Leaf:
         for i, tag in enumerate(value if kind == "tags" else ()):
             if not isinstance(tag, str) or not 1 <= len(tag) <= MAX_TAG:
                 fail(key, value, f"entry {i} ({tag!r}) is not a W&B tag: a string of 1 to {MAX_TAG} characters")
+        for text in value if kind == "tags" else [value] if kind == "str" else []:
+            controls = checks.invisible(text, ("Cc",), "\n\t" if key == "wandb.notes" else "")
+            if controls:
+                fail(key, value, f"holds {controls}: names and text are printed, and a control character would "
+                                 "reach the terminal or W&B as it is")
         if kind == "float" and not math.isfinite(value):
             fail(key, value, "must be a finite number")
         if self.minimum is not None and value < self.minimum:

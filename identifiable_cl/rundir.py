@@ -41,7 +41,7 @@ import torch
 
 import identifiable_cl
 from dgp.files import load_tensors
-from identifiable_cl.yamlfiles import dump, read_yaml_mapping
+from identifiable_cl.yamlfiles import dump, read_yaml_mapping, regular_file
 from identifiable_cl.stops import signals_held
 
 SCHEMA_VERSION = 4
@@ -237,7 +237,7 @@ def read_json(path: Path, missing_ok: bool = False) -> dict[str, Any] | None:
     """The JSON object in ``path``: every JSON file of a run or sweep folder is read by this one rule. A
     missing file is None with ``missing_ok`` (else a ValueError naming it); a damaged one (unreadable,
     not JSON, not an object) is always a ValueError naming it; the caller decides what that means."""
-    if missing_ok and not Path(path).exists():
+    if not regular_file(path, "the record") and missing_ok:
         return None
     try:
         data = json.loads(Path(path).read_text())

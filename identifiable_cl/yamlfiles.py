@@ -90,8 +90,23 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=BoundedLoader)
 
 
+def regular_file(path: Path, what: str = "file") -> bool:
+    """Whether a regular file is at ``path`` (through links); False where nothing is; a ValueError naming it (as
+    ``what``) where something else is: a FIFO or a device would block the read or feed it endless bytes, a folder
+    holds no text."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    if not path.is_file():
+        kind = "a folder" if path.is_dir() else "a FIFO" if path.is_fifo() else "not a regular file"
+        raise ValueError(f"{what} {str(path)!r} is {kind}: icl reads only regular files; remove it or replace it "
+                         "with a file")
+    return True
+
+
 def read_yaml_mapping(path: Path, what: str = "config file") -> Mapping[str, Any]:
     """The mapping a YAML file holds; a ValueError naming the file (as ``what``) otherwise."""
+    regular_file(path, what)
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:

@@ -33,6 +33,20 @@ SEGMENTED = ["--dgp.space.name=euclidean", "--dgp.marginal.name=segments", "--dg
              "--dgp.negatives.name=none"]
 
 CASES = {
+    "a reproduction over a hundred million seeds": (
+        ["reproduce", "rusak2024", "--scale", "tiny", "--seeds", "100000000", "--out", "x"], {}, 2,
+        "--seeds 100000000: must be a whole number from 1 to 10,000"),
+    "a sweep quantised by an infinite step": (
+        ["sweep", "check", "s.yaml"], {"s.yaml": GRID + "  loss.tau: {distribution: q_uniform, min: 0.1, max: 1, "
+                                                      "q: .inf}\n"}, 1,
+        "parameters.loss.tau.q=inf is invalid: expected a finite number"),
+    "a W&B run name holding a terminal escape code": (
+        ["config", "--wandb.name=a\x1b[31mred"], {}, 2,
+        "wandb.name='a\\x1b[31mred' is invalid: holds U+001B (a control character)"),
+    "an option name holding a zero-width space": (
+        ["config", "c.yaml"], {"c.yaml": 'loss:\n  "ta\u200bu": 0.1\n'}, 2,
+        "unknown option(s) for losses 'infonce'; allowed: similarity, tau, learn_tau, negatives, reduction, lr, queue; "
+        "'ta\\u200bu' holds U+200B ZERO WIDTH SPACE"),
     "a sweep whose search space is its scheduler's": (
         ["sweep", "check", "s.yaml"], {"s.yaml": "name: g\nmethod: grid\ncommand: [icl, train, '${args}']\n"
                                                  "scheduler: {engine: wandb, source: x, search_space: loss.tau}\n"}, 1,
@@ -427,3 +441,27 @@ def test_resuming_a_finished_run_says_so_and_changes_nothing(run):
                             "further with icl train --resume run --train.steps=N, N > 20; measure it again with icl "
                             "evaluate run)")
     assert snapshot(run) == before and {p: p.stat().st_mtime_ns for p in run.rglob("*")} == times
+
+
+def test_a_fifo_where_an_experiment_ships_its_tuned_values_is_named_not_taken_as_absent(tmp_path):
+    """Reading a FIFO would block, and taking it as absent would tune the runs again unasked."""
+    from identifiable_cl.reproduce.experiment import EXPERIMENTS_DIR
+
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    shutil.copy(Path(EXPERIMENTS_DIR) / "rusak2024" / "experiment.yaml", folder)
+    os.mkfifo(folder / "tuned.yaml")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, said = icl(["reproduce", "exp", "--scale", "tiny", "--out", "x"], tmp_path)
+    assert code == 2 and "tuned.yaml' is a FIFO: icl reads only regular files" in said, said
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_damaged_stop_record_is_listed_with_the_run_not_passed_over(run, capsys):
+    """A diverged run's stopped.json that cannot be read: icl results lists the run as failed, naming the file."""
+    from identifiable_cl.cli import main
+
+    (run / rundir.STOPPED).write_text('{"reason": ')
+    assert main(["results", str(run)]) == 0
+    said = capsys.readouterr().out
+    assert f"unreadable: {run / rundir.STOPPED}: cannot be read as JSON" in said, said

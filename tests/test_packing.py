@@ -189,9 +189,11 @@ def test_a_pack_whose_runs_end_apart_follows_each_run_alone_to_its_last_step(tmp
             assert torch.allclose(got["encoder"][name], weight, rtol=1e-6, atol=1e-9), name
 
 
-@pytest.mark.parametrize("kernels", ["auto", "fused"])
-@pytest.mark.parametrize("loss", [{"loss.name": "aninfonce", "loss.negatives": "r24"},
-                                  {"loss.learn_tau": True, "loss.similarity": "l1"}])
+@pytest.mark.parametrize("kernels,loss", [
+    ("fused", {"loss.name": "aninfonce", "loss.negatives": "r24"}),
+    pytest.param("auto", {"loss.name": "aninfonce", "loss.negatives": "r24"}, marks=pytest.mark.integration),
+    pytest.param("fused", {"loss.learn_tau": True, "loss.similarity": "l1"}, marks=pytest.mark.integration),
+    pytest.param("auto", {"loss.learn_tau": True, "loss.similarity": "l1"}, marks=pytest.mark.integration)])
 def test_runs_whose_losses_are_alike_compute_them_in_one_call(tmp_path, kernels, loss):
     """Runs that differ in seed and learning rate only: their losses (learnt Λ̂ or τ stacked) are one vmap call,
     and with the fused operations each pairing one call for all runs; every run follows its stand-alone run

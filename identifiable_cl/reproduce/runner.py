@@ -41,11 +41,14 @@ from identifiable_cl.reproduce.experiment import (
     load_experiment,
 )
 from identifiable_cl.aggregate import sweep_run
-from identifiable_cl.sweeps.local import Outcome, is_finished, pack_groups, run_groups, write_sweep_file
+from identifiable_cl.sweeps.local import (Outcome, check_count, check_options, is_finished, pack_groups, run_groups,
+                                          write_sweep_file)
 from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
 from identifiable_cl.sweeps.spec import SweepSpec, parse_sweep
 
 DEFAULT_OUT = "runs/reproduce"
+MOST_SEEDS = 10_000
+"""The most seeds per run a reproduction takes (``--seeds``)."""
 SWEEPS = "sweeps"
 RESULTS_MD, RESULTS_JSON = "results.md", "results.json"
 
@@ -135,9 +138,8 @@ def reproduce(
         raise ValueError(f"--scale {scale!r}: allowed: {', '.join(SCALES)}")
     if retune and report_only:
         raise ValueError("--retune tunes runs and --report-only starts none: give one of them")
-    for flag, value in (("seeds", seeds), ("workers", workers), ("pack", pack)):
-        if value < 1:
-            raise ValueError(f"--{flag} {value}: must be >= 1")
+    check_count("seeds", seeds, MOST_SEEDS)
+    check_options(workers, pack, None)
     experiment = load_experiment(name)
     if scale not in experiment.scale_names():
         raise ValueError(f"--scale {scale}: experiment {experiment.name} has the scales {', '.join(experiment.scale_names())}")

@@ -41,7 +41,7 @@ from identifiable_cl.reproduce.experiment import DATA_SCALES, Experiment
 from identifiable_cl.sweeps import schema
 from identifiable_cl.sweeps.search import read_runs, run_search
 from identifiable_cl.sweeps.spec import SweepSpec, parse_sweep
-from identifiable_cl.yamlfiles import read_yaml_mapping
+from identifiable_cl.yamlfiles import read_yaml_mapping, regular_file
 
 TUNING = "tuning"
 BEST = "best.json"
@@ -115,7 +115,7 @@ def read_shipped(experiment: Experiment) -> dict[str, dict[str, dict[str, Any]]]
     """The checked values of the experiment's :data:`SHIPPED` file (module docstring), scale -> label -> values;
     ``{}`` without one."""
     path = experiment.folder / SHIPPED
-    if not path.is_file():
+    if not regular_file(path, "tuned values"):
         return {}
     raw = read_yaml_mapping(path, "tuned values")
     scales = [s for s in experiment.scale_names() if s in DATA_SCALES]
@@ -223,7 +223,7 @@ def choose(experiment: Experiment, scale: str, out: Path, shipped: Mapping[str, 
 def read_best(out: Path) -> dict[str, dict[str, Any]]:
     """The values saved in ``out`` by :func:`choose` (``{}`` when there are none)."""
     path = Path(out) / TUNING / BEST
-    if not path.is_file():
+    if not regular_file(path, "tuning results"):
         return {}
     try:
         found = json.loads(path.read_text())

@@ -604,12 +604,21 @@ def write_sweep_file(spec: SweepSpec, out: Path) -> None:
     rundir.write_text(folder / SWEEP, yaml.safe_dump(dict(spec.raw), sort_keys=False, allow_unicode=True))
 
 
+MOST_WORKERS = 256
+MOST_PACK = 1024
+"""The most processes a runner starts at once, and the most runs one process trains (``--workers``, ``--pack``)."""
+
+
+def check_count(flag: str, value: int, most: int) -> None:
+    """A ValueError naming ``flag`` unless ``value`` is a whole number in [1, most]."""
+    if not 1 <= value <= most:
+        raise ValueError(f"--{flag} {value}: must be a whole number from 1 to {most:,}")
+
+
 def check_options(workers: int, pack: int, devices: Sequence[str] | None) -> None:
     """``--workers``, ``--pack`` and ``--devices`` make sense (a ValueError naming the option otherwise)."""
-    if workers < 1:
-        raise ValueError(f"--workers {workers}: must be >= 1")
-    if pack < 1:
-        raise ValueError(f"--pack {pack}: must be >= 1")
+    check_count("workers", workers, MOST_WORKERS)
+    check_count("pack", pack, MOST_PACK)
     if devices is not None and not devices:
         raise ValueError("--devices: give at least one device, e.g. --devices 0,1")
 

@@ -37,7 +37,8 @@ DEPRECATED = {
 
 
 def is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A JSON number: finite (YAML's .inf and .nan have no JSON form, and W&B's schema takes none)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def is_integer(v: Any) -> bool:
@@ -153,6 +154,9 @@ def _describe_parameter_error(where: str, config: Any) -> str:
     known = {form.distribution for form in FORMS}
     if distribution is not None and distribution not in known:
         return f"{where}: unknown distribution {distribution!r}; allowed: {', '.join(sorted(known))}"
+    endless = [key for key, value in config.items() if isinstance(value, float) and not math.isfinite(value)]
+    if endless:
+        return f"{where}.{endless[0]}={config[endless[0]]!r} is invalid: expected a finite number"
     return (
         f"{where}: {dict(config)!r} matches no W&B parameter form "
         "(values / value / min+max / distribution with its own keys, e.g. q for q_uniform)"

@@ -167,6 +167,7 @@ def test_batch_of_one_and_two():
         torch.testing.assert_close(loss(h, hp), dense_infonce(loss, h, hp), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.integration  # about 10-20 s on 2 cores: with the end-to-end set CI runs beside the default one
 def test_large_batch_in_float32():
     """B = 6144 (Z21's batch): 2B × 2B = 151 M logits, never held at once."""
     loss = InfoNCE(dim=10, similarity="cosine", tau=0.1)

@@ -33,9 +33,11 @@ def fused_kernels(way: str):
             yield
 
 
-CASES = ([pytest.param("triton", B, n, marks=needs_triton) for B in (70,) for n in NEGATIVE_SETS]
-         + [pytest.param("triton", 2, n, marks=needs_triton) for n in ("symmetric", "independent")]
+CASES = ([pytest.param("triton", 70, n, marks=[needs_triton] + ([] if n == "symmetric" else [pytest.mark.integration]))
+          for n in NEGATIVE_SETS]
+         + [pytest.param("triton", 2, n, marks=[needs_triton, pytest.mark.integration]) for n in ("symmetric", "independent")]
          + [("eager", 70, n) for n in ("symmetric", "independent")])
+"""Every similarity with the symmetric negatives by default; the other sets and B = 2 with ``-m integration``."""
 
 
 @pytest.mark.parametrize("kind", SIMILARITIES)
@@ -52,7 +54,7 @@ def test_values_and_gradients_equal_the_dense_form(way, kind, negatives, B):
 
 @pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("kind", ["dot", "l1", "l3"])
-@pytest.mark.parametrize("reduction", DECOUPLED)
+@pytest.mark.parametrize("reduction", [DECOUPLED[0], pytest.param(DECOUPLED[1], marks=pytest.mark.integration)])
 def test_decoupled_reduction_and_learnt_temperature(way, kind, reduction):
     loss = InfoNCE(dim=5, similarity=kind, tau=0.4, negatives="symmetric", reduction=reduction,
                    learn_tau=True).double()

@@ -239,6 +239,7 @@ def fitted_loss(marginal, x_term, generator, steps=1000, batch=512):
         return loss(s.abs().float(), sp.abs().float(), u=u).item(), bayes_loss(marginal, s, sp, u)
 
 
+@pytest.mark.integration  # about 10-20 s on 2 cores: with the end-to-end set CI runs beside the default one
 def test_the_term_of_x_alone_lets_the_regression_reach_the_bayes_optimal_loss():
     """With the ideal features h = |s| of scale-modulated Laplace sources, GCL's Bayes-optimal logit
     log p(s | u) − log p(s) is the per-segment table over |s| plus a term of x alone that is no sum over the

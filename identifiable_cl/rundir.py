@@ -19,13 +19,13 @@ import contextlib
 import copy
 import errno
 import fcntl
+import io
 import json
 import math
 import os
 import platform
 import re
 import secrets
-import shutil
 import socket
 import stat
 import string
@@ -181,6 +181,12 @@ def _atomic(path: Path, write) -> None:
         os.chmod(tmp, 0o666 & ~_umask())
         write(tmp)
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a file-size limit: named by the file meant, not the temporary one
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename not in (None, tmp):
+            raise
+        raise OSError(exc.errno, f"writing it failed ({exc.strerror or exc}); its previous version, if any, is kept",
+                      str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -249,19 +255,14 @@ def read_json(path: Path, missing_ok: bool = False) -> dict[str, Any] | None:
 
 
 def save_torch(path: Path, obj: Any) -> None:
-    """``torch.save`` through :func:`_atomic`; torch's own error for a write that failed (a full disk)
-    becomes an OSError naming the file and saying that its previous version is kept."""
+    """``torch.save`` through :func:`_atomic`: serialised in memory, then written by Python, so that a write that
+    fails (a full disk, a file-size limit) is an OSError naming the file, not torch's stream error."""
 
     def write(tmp: str) -> None:
-        try:
-            torch.save(obj, tmp)
-        except RuntimeError as exc:
-            if "write failed" not in str(exc) and "failed writing" not in str(exc):
-                raise
-            full = shutil.disk_usage(Path(path).parent).free < (1 << 20)
-            raise OSError(errno.ENOSPC if full else errno.EIO,
-                          f"writing it failed ({'the disk is full' if full else str(exc).splitlines()[0]}); "
-                          f"its previous version, if any, is kept", str(path)) from None
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        with open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
 
     _atomic(path, write)
 
@@ -304,10 +305,23 @@ def read_config(run_dir: Path) -> dict[str, Any]:
 
 
 def append_metrics(run_dir: Path, records: Iterable[Mapping[str, Any]]) -> None:
-    with open(run_dir / METRICS, "a") as f:
-        for record in records:
-            f.write(json.dumps(_jsonable(record)) + "\n")
-        f.flush()
+    """Append ``records`` to the run's :data:`METRICS` as JSON lines, all or none: a write that fails (a full disk,
+    a file-size limit) is cut back to the file's previous end and raised as an OSError naming the file."""
+    path = Path(run_dir) / METRICS
+    text = "".join(json.dumps(_jsonable(record)) + "\n" for record in records).encode()
+    fd = open_plain_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        end = os.fstat(fd).st_size
+        try:
+            view = memoryview(text)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as exc:
+            os.ftruncate(fd, end)
+            raise OSError(exc.errno, f"appending to it failed ({exc.strerror or exc}); the records before are kept",
+                          str(path)) from None
+    finally:
+        os.close(fd)
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

@@ -279,28 +279,43 @@ def test_damaged_summary_names_the_file(run):
         rundir.read_json(run / rundir.SUMMARY)
 
 
-@pytest.mark.parametrize("free, said", [(0, "the disk is full; free space (files are written whole or not at all"),
-                                        (1 << 40, "writing it failed ([enforce fail at inline_container.cc:672]")])
-def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_previous_one(run, monkeypatch, capsys, free,
-                                                                                       said):
-    import shutil as shutil_module
-    from types import SimpleNamespace
+def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_previous_one(run, capsys):
+    """A real file-size limit (what a full disk does to a write too: an OSError from the write): one line naming the
+    checkpoint and the cause, the previous checkpoint kept, no temporary file left."""
+    import resource
 
     before = (run / rundir.CHECKPOINT).read_bytes()
-
-    def full(obj, path):
-        open(path, "wb").write(b"half")
-        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
-                           "data/0: file write failed")
-
-    monkeypatch.setattr(torch, "save", full)
-    monkeypatch.setattr(shutil_module, "disk_usage", lambda path: SimpleNamespace(free=free))
-    assert main(["train", "--resume", str(run), "--train.steps=30", "--quiet"]) == 1
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) // 2, hard))  # Python ignores SIGXFSZ: writes fail
+    try:
+        code = main(["train", "--resume", str(run), "--train.steps=30", "--quiet"])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert code == 1
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err and str(run / rundir.CHECKPOINT) in err, err
-    assert said in err and err.endswith(f"the checkpoint of step 20 is kept in {run}; continue with: icl train "
-                                        f"--resume {run}"), err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{run / rundir.CHECKPOINT}: writing it failed (File too large); its previous version, if any, is kept" \
+        in err, err
+    assert err.endswith(f"the checkpoint of step 20 is kept in {run}; continue with: icl train --resume {run}"), err
     assert (run / rundir.CHECKPOINT).read_bytes() == before and not list(run.glob(f".*{rundir.TMP_SUFFIX}"))
+
+
+def test_metrics_that_cannot_be_appended_are_not_half_written(tmp_path):
+    """A real file-size limit in the middle of an append: the file is cut back to its previous end (every line still
+    whole) and the OSError names it."""
+    import resource
+
+    rundir.append_metrics(tmp_path, [{"step": i, "loss": 1.0 / (i + 1)} for i in range(20)])
+    before = (tmp_path / rundir.METRICS).read_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 100, hard))
+    try:
+        with pytest.raises(OSError, match="appending to it failed \\(File too large\\); the records before are kept") as e:
+            rundir.append_metrics(tmp_path, [{"step": i, "loss": 0.5} for i in range(20, 40)])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert e.value.filename == str(tmp_path / rundir.METRICS)
+    assert (tmp_path / rundir.METRICS).read_bytes() == before and len(rundir.read_metrics(tmp_path)) == 20
 
 
 @pytest.mark.parametrize("at, kept", [(15, "the checkpoint of step 10 is kept"), (3, "the checkpoint of step 0 is kept")])

@@ -54,3 +54,24 @@ def signals_held() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """Within the block SIGTERM and SIGUSR2 interrupt as Ctrl-C does (KeyboardInterrupt), so that what the block
+    started is undone on the way out: a child of ``subprocess.run`` killed and waited for, a temporary folder
+    removed (``icl bench``, whose measurements keep nothing worth a checkpoint). The previous handlers come back
+    after it; off the main thread, where handlers cannot be set, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGUSR2)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

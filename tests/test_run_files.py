@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -366,3 +367,34 @@ def test_a_stop_signal_during_an_evaluation_ends_the_run_at_once_and_it_resumes(
     monkeypatch.setattr(protocol, "evaluate", real)
     assert main(["train", "--resume", str(tmp_path / "run"), "--quiet"]) == 0
     assert rundir.read_json(tmp_path / "run" / rundir.SUMMARY)["steps"] == 20
+
+
+def test_sigterm_ends_icl_bench_with_its_child_run_and_temporary_folder(tmp_path):
+    """``icl bench --only overhead`` trains runs in a temporary folder: SIGTERM to the bench ends it at once, as
+    interrupted, with no child left running and no folder left behind."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, "TMPDIR": str(temporary), "WANDB_MODE": "disabled"}
+    bench = subprocess.Popen([sys.executable, "-m", "identifiable_cl.cli", "bench", "--only", "overhead", "--quick",
+                              "--device", "cpu"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def children() -> list[str]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(temporary) in line and "identifiable_cl" in line:
+                found.append(line)
+        return found
+
+    deadline = time.monotonic() + 120
+    while not children() and time.monotonic() < deadline and bench.poll() is None:
+        time.sleep(0.05)
+    assert children(), "the bench started no run in its temporary folder"
+    bench.send_signal(signal.SIGTERM)
+    _, err = bench.communicate(timeout=60)
+    assert bench.returncode == 130 and "icl bench: interrupted" in err, err
+    time.sleep(0.5)
+    assert children() == [] and list(temporary.glob("tmp*")) == []  # (torch keeps its own caches there)

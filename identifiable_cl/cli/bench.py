@@ -8,9 +8,13 @@ from identifiable_cl.cli import VERBS
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the sections; a stop signal (SIGTERM, SIGUSR2, Ctrl-C) ends the bench with its child processes and
+    temporary folders (:func:`identifiable_cl.stops.stop_signals_interrupt`)."""
     from identifiable_cl.benchmarks import run_bench
+    from identifiable_cl.stops import stop_signals_interrupt
 
-    run_bench(quick=args.quick, sections=args.only, device=args.device)
+    with stop_signals_interrupt():
+        run_bench(quick=args.quick, sections=args.only, device=args.device)
     return 0
 
 

@@ -141,6 +141,16 @@ def shape_p(key: str, value: Any) -> float:
     return v
 
 
+def latent_scale(key: str, value: Any) -> float:
+    """A positive scale of the latents that float32 holds and keeps mixable: in [:data:`FLOAT32_RANGE` [0],
+    :data:`DATA_SCALE`]."""
+    v = positive(key, value)
+    if not FLOAT32_RANGE[0] <= v <= DATA_SCALE:
+        fail(key, value, f"must lie in [{FLOAT32_RANGE[0]:.3g}, {DATA_SCALE:g}]: the latents are mixed and encoded in "
+                         "float32")
+    return v
+
+
 def data_scale(key: str, value: Any, minimum: float = 0.0) -> float:
     """A scale or offset of the latents in [``minimum``, :data:`DATA_SCALE`]."""
     v = number(key, value)
@@ -163,11 +173,14 @@ def probability(key: str, value: Any) -> float:
     return v
 
 
-def integer(key: str, value: Any, minimum: int | None = None) -> int:
+def integer(key: str, value: Any, minimum: int | None = None, maximum: int | None = None, why: str = "") -> int:
+    """An int at least ``minimum`` and at most ``maximum`` (``why``: what the bound protects, said when it breaks)."""
     if isinstance(value, bool) or not isinstance(value, int):
         fail(key, value, "expected an integer")
     if minimum is not None and value < minimum:
         fail(key, value, f"must be an integer >= {minimum}")
+    if maximum is not None and value > maximum:
+        fail(key, value, f"at most {maximum:,}" + (f": {why}" if why else ""))
     return int(value)
 
 

@@ -237,7 +237,7 @@ class ContentStyleConditional(Conditional):
         self.shared_dim = shared_dims(space, modality_dim, modalities)
         self.content_dim = split_dims(space, content_dim, "dgp.conditional", self.shared_dim)
         self.p_change = checks.probability("p_change", p_change)
-        self.sigma = checks.positive("sigma", sigma)
+        self.sigma = checks.latent_scale("sigma", sigma)
         self.dependence = checks.boolean("dependence", dependence)
         if self.dependence and self.sigma != 1.0:
             checks.fail(

@@ -32,6 +32,9 @@ from dgp.defaults import BUILTIN_MODULES
 from dgp.registry import Registry
 
 MIXINGS = Registry("mixings", "dgp.mixing", builtins=BUILTIN_MODULES)
+MOST_LAYERS = 100
+MOST_COND_DRAWS = 100_000
+"""The most layers an MLP mixing has, and the most matrices its condition-number threshold is taken from."""
 """Mixing functions g by name."""
 
 CHUNK = 4096
@@ -71,7 +74,8 @@ def draw_layers(dim: int, count: int, rng: torch.Generator, cond_ratio: float, c
     ratio = checks.number("cond_ratio", cond_ratio)
     if not 0.0 <= ratio < 1.0:
         checks.fail("cond_ratio", cond_ratio, "must lie in [0, 1)")
-    draws = checks.integer("cond_draws", cond_draws, minimum=1)
+    draws = checks.integer("cond_draws", cond_draws, minimum=1, maximum=MOST_COND_DRAWS,
+                           why="each draw is a matrix and its condition number, drawn when the process is built")
     if checks.only_checking():  # options are valid; the search is skipped (placeholder identity layers)
         return torch.eye(dim, dtype=torch.float64).expand(count, dim, dim).clone(), 1.0
     threshold = condition_threshold(dim, draws, ratio, rng)
@@ -142,8 +146,11 @@ class InvertibleMLP(LayerStack):
     def __init__(self, dim: int, rng: torch.Generator, *, layers: int = 3, slope: float = 0.2,
                  cond_ratio: float = 0.0, cond_draws: int = 25000):
         dim = checks.integer("dgp.dim", dim, minimum=1)
-        count = checks.integer("layers", layers, minimum=1)
+        count = checks.integer("layers", layers, minimum=1, maximum=MOST_LAYERS,
+                               why="each layer multiplies the latents by a drawn matrix")
         slope = checks.positive("slope", slope)
+        if slope > 1:
+            checks.fail("slope", slope, "must lie in (0, 1]: the leaky ReLU's slope for negative inputs")
         weights, threshold = draw_layers(dim, count, rng, cond_ratio, cond_draws)
         super().__init__(weights, threshold, slope)
 

@@ -33,6 +33,9 @@ from dgp.defaults import BUILTIN_MODULES
 from dgp.registry import Registry
 
 NEGATIVES = Registry("negatives", "dgp.negatives", builtins=BUILTIN_MODULES)
+MOST_NEGATIVES = 1_000_000
+MOST_WHY = "every step draws, mixes and encodes them (per anchor: that many times the batch)"
+"""The most negatives a process draws for a step (shared, or per anchor), and why."""
 """Sources of separate negatives by name."""
 
 _CHUNK = 1 << 22
@@ -70,9 +73,9 @@ class MarginalNegatives(Negatives):
     ):
         super().__init__()
         if num is not None:
-            checks.integer("num", num, minimum=1)
+            checks.integer("num", num, minimum=1, maximum=MOST_NEGATIVES, why=MOST_WHY)
         if per_anchor is not None:
-            checks.integer("per_anchor", per_anchor, minimum=1)
+            checks.integer("per_anchor", per_anchor, minimum=1, maximum=MOST_NEGATIVES, why=MOST_WHY)
             if num is not None:
                 checks.fail(
                     "per_anchor", per_anchor, f"give either it or dgp.negatives.num={num}, not both"
@@ -142,7 +145,7 @@ class TiltedNegatives(Negatives):
     ):
         super().__init__()
         self.beta = checks.non_negative("beta", beta)
-        self.num = checks.integer("num", num, minimum=1)
+        self.num = checks.integer("num", num, minimum=1, maximum=MOST_NEGATIVES, why=MOST_WHY)
         self.pool = checks.integer("pool", pool, minimum=1)
         self.method = checks.choice("method", method, ("auto", "resample"))
         self.min_ess = checks.non_negative("min_ess", min_ess)

@@ -74,7 +74,7 @@ class SegmentsMarginal(Marginal):
             checks.fail("segments", segments, f"at most {MAX_SEGMENTS:,}: the process holds σ and μ per segment and "
                         "coordinate, and the losses tcl and gcl a table row per segment")
         self.law = checks.choice("law", law, LAWS)
-        self.std_low = low = checks.non_negative("std_low", std_low)
+        self.std_low = low = checks.data_scale("std_low", std_low)
         self.std_high = high = checks.positive("std_high", std_high)
         checks.data_scale("std_high", high)
         if high < low:

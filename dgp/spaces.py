@@ -25,7 +25,7 @@ class Sphere(Space):
     def __init__(self, dim: int, rng: torch.Generator | None = None, *, radius: float = 1.0):
         super().__init__()
         self.dim = checks.integer("dgp.dim", dim, minimum=2)
-        self.radius = checks.positive("radius", radius)
+        self.radius = checks.latent_scale("radius", radius)
 
     def uniform(self, batch: int, generator: torch.Generator, dtype: torch.dtype) -> Tensor:
         """Uniform on the sphere: a normalised standard Gaussian, scaled to the radius."""
@@ -54,8 +54,8 @@ class Box(Space):
     def __init__(self, dim: int, rng: torch.Generator | None = None, *, low: float = 0.0, high: float = 1.0):
         super().__init__()
         self.dim = checks.integer("dgp.dim", dim, minimum=1)
-        self.low = checks.number("low", low)
-        self.high = checks.number("high", high)
+        self.low = checks.data_scale("low", low, minimum=-checks.DATA_SCALE)
+        self.high = checks.data_scale("high", high, minimum=-checks.DATA_SCALE)
         if self.low >= self.high:
             checks.fail("low", low, f"must be < dgp.space.high={high!r}")
 

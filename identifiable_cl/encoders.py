@@ -98,6 +98,8 @@ class MLPEncoder(nn.Module):
             checks.fail("widths", widths, "a list of positive integers, or null for the reference widths")
         checks.choice("activation", activation, ACTIVATIONS)
         slope = checks.non_negative("slope", slope)
+        if slope > 1:
+            checks.fail("slope", slope, "must lie in [0, 1]: the leaky ReLU's slope for negative inputs")
         self.output_dim = n if output_dim is None else checks.integer("output_dim", output_dim, minimum=1)
         layers: list[nn.Module] = []
         previous = input_dim

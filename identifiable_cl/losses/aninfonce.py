@@ -88,6 +88,9 @@ class AnInfoNCE(InfoNCEBound, ContrastiveLoss):
             raw = torch.full((self.dim,), inverse_softplus(value), dtype=torch.float64)
         self.raw_lambda = nn.Parameter(raw.to(torch.get_default_dtype()))
         self.factor = checks.positive("factor", factor)
+        if self.factor > checks.DATA_SCALE:
+            checks.fail("factor", factor, f"must lie in (0, {checks.DATA_SCALE:g}]: the logits -c (a - b)ᵀΛ̂(a - b) "
+                                          "are float32")
         self.negatives = checks.choice("negatives", negatives, NEGATIVE_SETS)
         self.reduction = checks.choice("reduction", reduction, REDUCTIONS)
         self.unit_norm = checks.boolean("unit_norm", unit_norm)

@@ -137,8 +137,11 @@ def check_dim(value: Any) -> int:
 
 
 def check_segments(value: Any) -> int:
-    """The number S >= 2 of segments a loss with ``uses_aux`` tells apart."""
-    return checks.integer("segments", value, minimum=2)
+    """The number S >= 2 of segments a loss with ``uses_aux`` tells apart, at most the most a process draws."""
+    from dgp.segments import MAX_SEGMENTS
+
+    return checks.integer("segments", value, minimum=2, maximum=MAX_SEGMENTS,
+                          why="the loss holds parameters per segment, and no process draws more")
 
 
 def checked_labels(u: Tensor | None, batch: int, key: str, name: str) -> Tensor:

@@ -155,7 +155,7 @@ def test_the_process_saves_and_loads_the_modulation():
 @pytest.mark.parametrize("options, key, message", [
     ({"segments": 1}, "dgp.marginal.segments", "must be an integer >= 2"),
     ({"law": "cauchy"}, "dgp.marginal.law", "allowed: 'laplace', 'normal'"),
-    ({"std_low": -1}, "dgp.marginal.std_low", "must be >= 0"),
+    ({"std_low": -1}, "dgp.marginal.std_low", r"must lie in \[0, 1e\+06\]"),
     ({"std_high": 0.4, "std_low": 0.5}, "dgp.marginal.std_high", r"must be >= std_low \(0.5\)"),
     ({"std_high": 0.0, "std_low": 0.0}, "dgp.marginal.std_high", "must be > 0"),
     ({"location": -2}, "dgp.marginal.location", "must be >= 0"),

@@ -374,6 +374,10 @@ def _saved(run_dir: Any, overrides: Mapping[str, Any], mode: str) -> RunSpec:
             reached = int(state["step"])
             if not 0 <= reached <= config["train"]["steps"]:
                 raise ValueError(f"its step {reached} is outside 0..train.steps={config['train']['steps']}")
+            for part in ("encoder", "loss"):  # a diverged run keeps its last finite checkpoint: NaN is damage
+                for name, value in (state.get(part) or {}).items():
+                    if isinstance(value, torch.Tensor) and value.is_floating_point() and not value.isfinite().all():
+                        raise ValueError(f"its {part} tensor {name!r} holds values that are not finite")
         except (KeyError, TypeError, ValueError) as exc:
             raise _damaged(checkpoint, exc) from exc
         refuse_edited(config, state.get("trained"), run_dir)

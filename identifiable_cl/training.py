@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from dgp.process import allocation_failure
 from dgp.seeding import stream_seed
 from identifiable_cl import __version__, linear, rundir
 from identifiable_cl.components import assemble, resolve
@@ -236,6 +237,24 @@ class Trainer:
         self.folder.readout(z=z, z_hat=z_hat, r2_per_dim=per_dim)
 
 
+MEMORY_KEYS = ("train.batch_size", "dgp.dim", "encoder.widths", "dgp.negatives.num", "dgp.negatives.per_anchor",
+               "train.loss_memory", "eval.final_n_fit", "eval.final_n_test")
+SIZES = "the sizes that drive memory in this run: "
+"""How the note that :func:`memory_sizes` adds to an out-of-memory error starts."""
+
+
+def memory_sizes(config: Mapping[str, Any], runs: int) -> str:
+    """A note for an out-of-memory error: the run's values of :data:`MEMORY_KEYS` it sets (and the pack's size)."""
+    values = []
+    for key in MEMORY_KEYS:
+        node: Any = config
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is not None:
+            values.append(f"{key}={node}".replace(" ", ""))
+    return SIZES + ", ".join(values) + (f", {runs} runs in one process (--pack)" if runs > 1 else "")
+
+
 def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
                shared: bool = True) -> list[dict[str, Any] | BaseException]:
     """Train ``trainers`` as one pack (``batched`` as in :class:`identifiable_cl.solvers.packed.PackStepper`): the
@@ -283,6 +302,8 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
             raise Interrupted("; ".join(trainers[i].interrupted_message() for i in stopped)) from None
         if stopped:
             exc.add_note("; ".join(trainers[i].kept() for i in stopped))  # what each run keeps, for one-line errors
+        if allocation_failure(exc) is not None:
+            exc.add_note(memory_sizes(trainers[0].c.config, len(trainers)))
         raise
     finally:
         stepper.close()

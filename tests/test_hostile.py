@@ -225,7 +225,17 @@ def checkpoint_step(step: int):
     return damage
 
 
+def nan_weights(run: Path) -> None:
+    state = rundir.load_torch(run / rundir.CHECKPOINT)
+    name = next(iter(state["encoder"]))
+    torch.save({**state, "encoder": {**state["encoder"], name: state["encoder"][name] * float("nan")}},
+               run / rundir.CHECKPOINT)
+
+
 RUN_CASES = {
+    "resume of a checkpoint holding NaN weights": (
+        ["train", "--resume", "run", "--train.steps=30"], nan_weights, 2,
+        "checkpoint.pt: does not fit the run's config or is damaged (its encoder tensor "),
     "plot of a readout with one-dimensional latents": (
         ["plot", "run"], one_dimensional_readout, 2,
         "readout.npz: expected z and z_hat of one shape (N, n) and r2_per_dim (n,); got (5,), (5,) and (5,)"),

@@ -333,8 +333,11 @@ def test_running_out_of_memory_is_one_line_saying_what_the_run_keeps(tmp_path, t
     assert main(["train", *(f"--{k}={v}" for k, v in tiny.items()), "--run-dir", str(run), "--quiet"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    assert err.startswith("icl train: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); use a smaller "
-                          "train.batch_size, dgp.dim"), err
+    assert err.startswith("icl train: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); the sizes that "
+                          f"drive memory in this run: train.batch_size={tiny['train.batch_size']}, dgp.dim=10, "
+                          "encoder.widths=[16]"), err
+    assert "train.loss_memory=4096, eval.final_n_fit=128, eval.final_n_test=128: make one smaller, or use fewer " \
+           "--workers/--pack; " in err, err
     assert err.endswith(f"{kept} in {run}; continue with: icl train --resume {run}"), err
 
 

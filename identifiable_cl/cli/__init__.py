@@ -109,7 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def out_of_memory(exc: BaseException) -> str:
     """One line: the allocation that failed, what to make smaller, and what each stopped run keeps."""
+    from identifiable_cl.training import SIZES
+
     detail = str(exc).splitlines()[0] if str(exc) else "no detail"
-    kept = "; ".join(getattr(exc, "__notes__", ())) or "files already written are kept"
-    return (f"out of memory ({detail}); use a smaller train.batch_size, dgp.dim, encoder.widths or eval sizes, or "
-            f"fewer --workers/--pack; {kept}")
+    notes = list(getattr(exc, "__notes__", ()))
+    sizes = [note for note in notes if note.startswith(SIZES)]
+    kept = "; ".join(note for note in notes if not note.startswith(SIZES)) or "files already written are kept"
+    advice = (f"{sizes[0]}: make one smaller" if sizes else
+              "use a smaller train.batch_size, dgp.dim, encoder.widths or eval sizes")
+    return f"out of memory ({detail}); {advice}, or use fewer --workers/--pack; {kept}"

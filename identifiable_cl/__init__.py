@@ -1,7 +1,7 @@
 """identifiable-cl: when does a contrastive loss recover the true latent factors?
 
 The Python API (:mod:`identifiable_cl.api`) is importable from here: ``resolve``, ``load_config``, ``check``,
-``train``, ``load_run``, ``evaluate_run``, ``build``, ``Solver``, ``Trainer``, ``build_process``,
+``train``, ``load_run``, ``evaluate_run``, ``history``, ``results``, ``build``, ``Solver``, ``Trainer``, ``build_process``,
 ``load_process``, ``Process``, ``SCHEMA``. They load on first use, so ``import identifiable_cl``
 stays quick.
 """
@@ -16,7 +16,8 @@ except metadata.PackageNotFoundError:  # running from a source tree that is not 
 
 API = (
     "Batch", "Process", "SCHEMA", "Solver", "TrainedRun", "Trainer", "build", "build_process", "check",
-    "check_process", "evaluate_run", "load_config", "load_process", "load_run", "resolve", "train",
+    "check_process", "evaluate_run", "history", "load_config", "load_process", "load_run", "resolve", "results",
+    "train",
 )
 """The names of the Python API (:mod:`identifiable_cl.api`), available here."""
 

@@ -324,6 +324,17 @@ def grouped(paths: Sequence[str | Path],
     return runs, keys, group_runs(runs, keys)
 
 
+def refuse_unknown_metrics(metrics: Sequence[str] | None, runs: Sequence[Run]) -> None:
+    """A ValueError naming each of ``metrics`` that no finished run's summary holds, with the closest ones they do."""
+    held = sorted({key for run in runs if run.summary for key in run.summary})
+    unknown = [m for m in metrics or () if m not in held]
+    if unknown and held:
+        hints = [f"{m!r}" + (f" (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(m, held, n=3))
+                             else "") for m in unknown]
+        raise ValueError(f"--metrics: no finished run records {', '.join(hints)}; icl results --metrics KEYS takes "
+                         "keys of the runs' summary.json")
+
+
 def table(runs: Sequence[Run], keys: Sequence[str], groups: Sequence[Group], *, metrics: Sequence[str] | None = None,
           fmt: str = "md") -> str:
     """:func:`grouped`'s runs as the table of format ``fmt``: ``metrics`` (default: :func:`default_metrics`) per

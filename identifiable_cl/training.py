@@ -311,16 +311,23 @@ def run_packed(trainers: Sequence[Trainer], batched: bool | None = None,
     return [results[i] for i in range(len(trainers))]
 
 
-def evaluate_run(run_dir: Path, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Final-size held-out metrics of a saved run's encoder beside the identity baseline (nothing is written).
+def evaluate_run(run_dir: Path, overrides: Mapping[str, Any] | None = None, write: bool = True) -> dict[str, Any]:
+    """Final-size held-out metrics of a saved run's encoder beside the identity baseline, as ``icl evaluate``
+    measures them: written to the run's ``evaluation.json`` (unless ``write`` is false; the run's own files are only
+    read) and returned.
 
     ``overrides`` (``{"eval.final_n_fit": 4096, ...}``) may change the ``eval.*`` keys only: how the
     run is measured, never what was trained.
     """
-    trainer = Trainer.from_spec(resolve(run_dir, overrides or {}, "evaluate"), progress=False)
-    c = trainer.c
-    if overrides:
-        c.extra.pop("identity", None)  # the saved baseline was measured with the run's own eval settings
-    c.extra.setdefault("wall_s", 0.0)
-    c.extra.setdefault("steps_timed", 0)
-    return trainer.summarize(evaluation(c, True, trainer.measured), trainer.identity())
+    run_dir = Path(run_dir)
+    with rundir.owned(run_dir):
+        trainer = Trainer.from_spec(resolve(run_dir, overrides or {}, "evaluate"), progress=False)
+        c = trainer.c
+        if overrides:
+            c.extra.pop("identity", None)  # the saved baseline was measured with the run's own eval settings
+        c.extra.setdefault("wall_s", 0.0)
+        c.extra.setdefault("steps_timed", 0)
+        summary = trainer.summarize(evaluation(c, True, trainer.measured), trainer.identity())
+        if write:
+            rundir.write_json(run_dir / rundir.EVALUATION, summary)
+    return summary

@@ -49,6 +49,16 @@ def test_train_takes_parts_of_a_config_and_checks_them(tmp_path):
              "eval.nonlinear": False}
     result = icl.train({"train": {"batch_size": 32}}, small, run_dir=tmp_path / "run")
     assert result.solver.config["train"]["batch_size"] == 32 and result.summary["steps"] == 10
+    history = icl.history(result.run_dir)
+    assert [r["step"] for r in history] == [10] and "r2_linear" in history[-1] and "loss" in history[-1]
+    evaluated = icl.evaluate_run(result.run_dir)
+    assert (result.run_dir / "evaluation.json").is_file() and evaluated["steps"] == 10
+    (row,) = icl.results(tmp_path, metrics=["r2_linear"])
+    assert row["n"] == 1 and row["metrics"]["r2_linear"]["mean"] == pytest.approx(result.summary["r2_linear"])
+    with pytest.raises(ValueError, match="no finished run records 'r2_linaer' \\(did you mean r2_linear"):
+        icl.results(tmp_path, metrics=["r2_linaer"])
+    with pytest.raises(ValueError, match="is not a run directory"):
+        icl.history(tmp_path)
     with pytest.raises(ValueError, match="loss.tau=-1 is invalid"):
         icl.train(None, {**small, "loss.tau": -1}, run_dir=tmp_path / "bad")
     assert not (tmp_path / "bad").exists()

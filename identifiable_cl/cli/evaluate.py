@@ -16,11 +16,9 @@ def run(args: argparse.Namespace) -> int:
     from identifiable_cl.training import evaluate_run
 
     run_dir = Path(args.run_dir)
-    with rundir.owned(run_dir):
-        summary = evaluate_run(run_dir, parse_overrides(args.overrides))
-        print(results_table(summary))
-        rundir.write_json(run_dir / rundir.EVALUATION, summary)
-    print(f"written to {Path(args.run_dir) / rundir.EVALUATION}")
+    summary = evaluate_run(run_dir, parse_overrides(args.overrides))
+    print(results_table(summary))
+    print(f"written to {run_dir / rundir.EVALUATION}")
     return 0
 
 

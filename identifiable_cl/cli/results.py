@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from identifiable_cl.aggregate import DEFAULT_METRICS, FORMATS, grouped, table
+from identifiable_cl.aggregate import DEFAULT_METRICS, FORMATS, grouped, refuse_unknown_metrics, table
 from identifiable_cl.cli import VERBS
 
 
@@ -13,19 +13,6 @@ def _keys(option: str, text: str | None) -> list[str] | None:
     if keys == []:
         raise ValueError(f"{option} {text!r}: name at least one key (comma-separated), or leave the option out")
     return keys
-
-
-def refuse_unknown_metrics(metrics: list[str] | None, runs: list) -> None:
-    """A ValueError naming each of ``metrics`` that no finished run's summary holds, with the closest ones they do."""
-    import difflib
-
-    held = sorted({key for run in runs if run.summary for key in run.summary})
-    unknown = [m for m in metrics or () if m not in held]
-    if unknown and held:
-        hints = [f"{m!r}" + (f" (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(m, held, n=3))
-                             else "") for m in unknown]
-        raise ValueError(f"--metrics: no finished run records {', '.join(hints)}; icl results --metrics KEYS takes "
-                         "keys of the runs' summary.json")
 
 
 def run(args: argparse.Namespace) -> int:

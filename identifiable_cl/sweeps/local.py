@@ -629,9 +629,26 @@ Group = tuple[SweepSpec, list[PlannedRun]]
 
 def outcome_line(outcome: Outcome, spec: SweepSpec, done: int, total: int, where: str) -> str:
     """How the runner reports a run that ended: ``[done/total] run id, state, exit code, wall time, device,
-    parameters``."""
+    the values of the parameters the sweep varies`` (the fixed ones are the same on every line)."""
+    swept = {key: value for key, value in outcome.run.params.items() if key in spec.swept}
     return (f"[{done}/{total}] {outcome.run.run_id} {outcome.shown} (exit {outcome.exit_code}, {outcome.wall_s:.1f} s"
-            f"{where}) {describe(outcome.run.params)}")
+            f"{where}) {describe(swept)}").rstrip()
+
+
+HEARTBEAT_S = 60.0
+"""Seconds between the runner's lines on the runs still training (:func:`progress_line`)."""
+
+
+def progress_line(done: int, total: int, running: Sequence[PlannedRun]) -> str:
+    """What the runner says while runs train: ``[done/total]`` and each live run's last logged step."""
+    parts = []
+    for run in running:
+        try:
+            records = read_metrics(RunFolder.read(run.folder).run_dir)
+        except ValueError:
+            records = []
+        parts.append(f"{run.run_id} at step {records[-1]['step']}" if records else f"{run.run_id} starting")
+    return f"[{done}/{total}] training: " + ", ".join(parts)
 
 
 def run_groups(
@@ -652,6 +669,8 @@ def run_groups(
     pool then ends, once they have, with :class:`StoppedBySignal`."""
     lock = threading.Lock()
     outcomes: list[Outcome] = []
+    running: dict[int, PlannedRun] = {}
+    finished = threading.Event()
 
     def work(slot: int) -> None:
         device = devices[slot % len(devices)] if devices else None
@@ -659,21 +678,37 @@ def run_groups(
         while True:
             with lock:
                 group = None if CHILDREN.signal is not None else next_group()
+                running.update({run.index: run for run in group[1]} if group is not None else {})
             if group is None:
                 return
             spec, runs = group
             results = execute_pack(spec, runs, device, workers, echo, watch)
             with lock:
+                for run in runs:
+                    running.pop(run.index, None)
                 outcomes.extend(results)
                 if done is not None:
                     done(results)
                 for outcome in results:
                     echo(line(outcome, spec, len(outcomes), total, where))
 
-    with CHILDREN.forwarding(), ThreadPoolExecutor(max_workers=workers) as pool:
-        for future in [pool.submit(work, slot) for slot in range(workers)]:
-            future.result()
-        stopped_by = CHILDREN.signal
+    def heartbeat() -> None:  # a line every HEARTBEAT_S on the runs still training
+        while not finished.wait(HEARTBEAT_S):
+            with lock:
+                live, ended = sorted(running.values(), key=lambda run: run.index), len(outcomes)
+            if live:
+                echo(progress_line(ended, total, live))
+
+    beating = threading.Thread(target=heartbeat, daemon=True)
+    beating.start()
+    try:
+        with CHILDREN.forwarding(), ThreadPoolExecutor(max_workers=workers) as pool:
+            for future in [pool.submit(work, slot) for slot in range(workers)]:
+                future.result()
+            stopped_by = CHILDREN.signal
+    finally:
+        finished.set()
+        beating.join()
     if stopped_by is not None:
         ended = [o for o in outcomes if o.shown == "interrupted"]
         raise StoppedBySignal(

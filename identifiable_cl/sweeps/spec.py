@@ -52,6 +52,12 @@ class SweepSpec:
     parameters: tuple[Parameter, ...]
 
     @property
+    def swept(self) -> tuple[str, ...]:
+        """The parameters that take more than one value (not a ``value``, nor a list of one)."""
+        return tuple(p.name for p in self.parameters
+                     if p.kind != "constant" and not (p.kind == "categorical" and len(p.spec.get("values", ())) == 1))
+
+    @property
     def name(self) -> str:
         """The file's ``name``, else its file name without extension; safe as a folder name."""
         name = self.raw.get("name") or Path(self.source).stem

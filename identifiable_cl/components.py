@@ -28,7 +28,7 @@ from torch import nn
 
 import dgp
 from dgp.checks import boolean, canonical, fail
-from dgp.registry import option_parameters
+from dgp.registry import option_parameters, user_options
 from dgp.seeding import stream_seed
 from identifiable_cl import linear, rundir
 from identifiable_cl.config import (
@@ -41,6 +41,7 @@ from identifiable_cl.config import (
 )
 from identifiable_cl.encoders import ENCODERS, ViewEncoders
 from identifiable_cl.losses import LOSSES
+from identifiable_cl.losses.contract import traits
 from identifiable_cl.solvers import Solver, solver_class
 from identifiable_cl.solvers.base import loss_arguments, observations, split_encodings
 from identifiable_cl.solvers.subsets import check_subsets
@@ -122,7 +123,7 @@ def models(config: Mapping[str, Any], process: dgp.Process) -> tuple[nn.Module, 
         encoder = encoders("none" if auto else None)
         torch.manual_seed(stream_seed(config["seed"], "loss"))
         loss = LOSSES.build(config["loss"], key="loss", dim=encoder.output_dim)
-        if auto and getattr(loss, "needs_unit_norm", False):
+        if auto and traits(loss, config["loss"]["name"]).needs_unit_norm:
             encoder = encoders("sphere")
     return encoder, loss
 
@@ -179,15 +180,16 @@ def _independent_negatives(spec: Any) -> Any:
 def check_fit(config: Mapping[str, Any], encoder: nn.Module, loss: nn.Module) -> None:
     """The rules between components: unit-norm outputs for a cosine critic, and the DGP's
     separate negatives exactly when the loss uses them."""
-    name = config["loss"]["name"]
-    if getattr(loss, "needs_unit_norm", False) and not getattr(encoder, "unit_norm", False):
+    name, declared = config["loss"]["name"], traits(loss, config["loss"]["name"])
+    if declared.needs_unit_norm and not getattr(encoder, "unit_norm", False):
         fail("encoder.normalize", config["encoder"].get("normalize"), f"loss {name!r} compares unit vectors "
              "(cosine similarity, or unit_norm) and needs unit-norm outputs: use 'sphere'")
-    uses_negatives = getattr(loss, "requires_negatives", False)
+    uses_negatives = declared.requires_negatives
     negatives = config["dgp"]["negatives"]["name"]
     if not uses_negatives and negatives != "none":
-        fail("dgp.negatives.name", negatives, f"loss {name!r} does not use the DGP's separate negatives (set its "
-             "negatives option to 'independent', or dgp.negatives.name to 'none')")
+        takes = "negatives" in user_options(LOSSES.get(name))
+        fail("dgp.negatives.name", negatives, f"loss {name!r} does not use the DGP's separate negatives (set "
+             + ("its negatives option to 'independent', or " if takes else "") + "dgp.negatives.name to 'none')")
     if uses_negatives and negatives == "none":
         fail("dgp.negatives.name", "none", f"loss {name!r} uses the DGP's separate negatives: set dgp.negatives.name "
              f"to one of {', '.join(n for n in dgp.NEGATIVES.names() if n != 'none')}")
@@ -196,10 +198,11 @@ def check_fit(config: Mapping[str, Any], encoder: nn.Module, loss: nn.Module) ->
 def check_views(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module) -> None:
     """The rules of a process with views and of MoCo's queue: MoCo's queue holds keys of one view's momentum
     encoder and is refused with views; neither step is recorded as a CUDA graph (``train.capture``)."""
-    if process.view_count > 1 and getattr(loss, "queue", None):
+    queue = traits(loss).queue
+    if process.view_count > 1 and queue:
         fail("loss.negatives", "queue", f"a process with {process.view_count} views (dgp.views) pairs every view with "
              "every other, and MoCo's queue keeps the keys of one: use negatives batch or independent")
-    if config["train"]["capture"] == "graph" and (process.view_count > 1 or getattr(loss, "queue", None)):
+    if config["train"]["capture"] == "graph" and (process.view_count > 1 or queue):
         why = "MoCo's queue keeps its counters on the host" if process.view_count == 1 else "views take a pass each"
         fail("train.capture", "graph", f"{why}, and its step is not recorded as a CUDA graph: use eager")
 
@@ -209,12 +212,10 @@ def check_aux(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module) 
     one, with as many segments as the loss tells apart, whose conditional keeps it (the loss reads the positive as
     an observation of the anchor's segment: ``keeps_segment``), and a single view (views pair observations of one
     latent, whose segment no view's pairing carries)."""
-    if not getattr(loss, "uses_aux", False):
+    declared = traits(loss, config["loss"]["name"])
+    if not declared.uses_aux:
         return
-    name, marginal, segments = config["loss"]["name"], process.marginal, getattr(loss, "segments", None)
-    if isinstance(segments, bool) or not isinstance(segments, int):
-        fail("loss.name", name, "it declares uses_aux (it reads each anchor's segment u), and a loss that does must "
-             "say how many segments it tells apart: give it a segments attribute, an int (see docs/plugins.md)")
+    name, marginal, segments = config["loss"]["name"], process.marginal, declared.segments
     if marginal.segments is None:
         fail("loss.name", name, f"it reads each anchor's segment u, and dgp.marginal.name="
              f"{config['dgp']['marginal']['name']!r} draws none: use a marginal that does (segments)")
@@ -460,7 +461,8 @@ def _assemble(config: RunSpec, process: dgp.Process | None) -> Solver:
     linear.use_backend(encoder, config["train"]["matmul"])
     loss = loss.to(device=device, dtype=process.dtype)
     groups = [{"params": list(encoder.parameters()), "lr": config["optim"]["lr"], "name": "encoder"}]
-    for i, group in enumerate(loss.param_groups() if hasattr(loss, "param_groups") else [{"params": list(loss.parameters())}]):
+    param_groups = traits(loss).param_groups
+    for i, group in enumerate(param_groups() if param_groups else [{"params": list(loss.parameters())}]):
         if group["params"]:
             groups.append({"params": group["params"], "lr": group.get("lr") or config["optim"]["loss_lr"], "name": f"loss{i}"})
     optimizer = torch.optim.Adam(groups, weight_decay=config["optim"]["weight_decay"])

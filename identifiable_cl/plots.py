@@ -36,7 +36,7 @@ import numpy as np
 
 from identifiable_cl import rundir
 from identifiable_cl.evaluation import catalog
-from identifiable_cl.evaluation.information import BOUND_KEYS
+from identifiable_cl.losses.contract import BOUND_KEYS
 
 FIGURES = "figures"
 LABELS = catalog.labels()

@@ -24,6 +24,7 @@ from torch import Tensor
 from dgp.seeding import stream_seed
 from identifiable_cl import __version__, rundir
 from identifiable_cl.evaluation import evaluate, identity_baseline
+from identifiable_cl.losses.contract import traits
 from identifiable_cl.evaluation.catalog import RunScoring, compute
 from identifiable_cl.evaluation.views import evaluate_views
 from identifiable_cl.solvers import Solver
@@ -95,7 +96,8 @@ def in_sample_metrics(encode: Callable[[Tensor], Tensor], c: Solver, stream: str
 def loss_logs(c: Solver) -> dict[str, Any]:
     """The loss's own logs (τ, Λ̂ ...), and, where the loss learns a Λ̂ (its ``lambda_hat`` log) or the process
     has a true Λ, each as ``lambda_learned`` / ``lambda_true`` (the catalog's Λ recovery compares them)."""
-    out: dict[str, Any] = dict(c.loss.logs()) if hasattr(c.loss, "logs") else {}
+    logs = traits(c.loss).logs
+    out: dict[str, Any] = dict(logs()) if logs else {}
     if out.get("lambda_hat") is not None:
         out["lambda_learned"] = out["lambda_hat"]
     if c.process.lambda_true is not None:

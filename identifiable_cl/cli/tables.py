@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from identifiable_cl.evaluation.information import BOUND_KEYS
+from identifiable_cl.losses.contract import BOUND_KEYS
 from identifiable_cl.plots import (
     CURVES,
     IN_SAMPLE,

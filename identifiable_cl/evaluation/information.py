@@ -11,7 +11,7 @@ its density p(z+ | z), whose logarithm is the best critic there is. Keys:
   ``mi_true_<block>`` for the blocks reported separately (content–style: the style block's own I);
 - ``log_k``: log K of the run's loss (``ContrastiveLoss.mi_bound``);
 - the encoder's own bound on a held-out batch of the training size, named for what it holds
-  (:data:`BOUND_KEYS`): ``mi_infonce_bound``, log K - L of a loss in InfoNCE's form, or ``mi_nwj_bound``,
+  (:data:`identifiable_cl.losses.contract.BOUND_KEYS`): ``mi_infonce_bound``, log K - L of a loss in InfoNCE's form, or ``mi_nwj_bound``,
   NWJ's -L;
 - ``mi_true_critic_bound``: the same bound with the critic log p(z+ | z) on the true latents at the same K
   (:func:`true_critic_bound`), what no encoder can beat at that K;
@@ -31,8 +31,7 @@ from torch import Tensor
 
 from dgp.seeding import stream_seed
 
-BOUND_KEYS = ("mi_infonce_bound", "mi_nwj_bound")
-"""The keys of an encoder's bound on I(z; z+), by the loss's form (``ContrastiveLoss.mi_bound_key``)."""
+from identifiable_cl.losses.contract import traits
 
 LogDensity = Callable[[Tensor, Tensor], Tensor]
 """``log_density(z_pos, z)``: log p(z+ | z) for ``(..., n)`` inputs that broadcast, float64."""
@@ -119,7 +118,8 @@ def information_metrics(run: Any, truths: dict | None = None) -> dict[str, Any]:
     same critic, as the bound requires (:meth:`identifiable_cl.solvers.Solver.mi_negatives`). Empty for a loss
     without a bound, a process with views (its loss pairs observations of different mixings) or negatives
     that are not drawn from p(z)."""
-    mi_bound = getattr(run.loss, "mi_bound", None)
+    declared = traits(run.loss)
+    mi_bound = declared.mi_bound
     if mi_bound is None or run.process.view_count > 1:
         return {}
     generator = run.process.make_generator(stream_seed(run.config["seed"], f"eval.{run.steps_done}.mi"))
@@ -138,4 +138,4 @@ def information_metrics(run: Any, truths: dict | None = None) -> dict[str, Any]:
     key = (run.process.fingerprint(), k, run.config["seed"])
     if key not in truths:
         truths[key] = truth(run.process, k, run.process.make_generator(stream_seed(run.config["seed"], "eval.mi")))
-    return {**truths[key], run.loss.mi_bound_key: encoder_bound}
+    return {**truths[key], declared.mi_bound_key: encoder_bound}

@@ -522,11 +522,10 @@ class ContrastiveLoss(nn.Module):
             return h, h_pos, h_neg, "dot"
         return h, h_pos, h_neg, self.similarity
 
-    def mi_bound(self, value: float, batch: int, separate: int | None) -> tuple[int, float] | None:
-        """(K, bound): the lower bound on I(z; z+) that the loss's value ``value`` on a batch of ``batch`` pairs
-        (with ``separate`` DGP negatives per anchor) gives, with its K candidates per anchor; None (the default)
-        for a loss that is no such bound."""
-        return None
+    mi_bound: Callable[[float, int, int | None], tuple[int, float] | None] | None = None
+    """``mi_bound(value, batch, separate)`` -> (K, bound): the lower bound on I(z; z+) that the loss's value ``value``
+    on a batch of ``batch`` pairs (with ``separate`` DGP negatives per anchor) gives, with its K candidates per
+    anchor, or None; None (the default) for a loss that is no such bound."""
 
     def param_groups(self) -> list[dict[str, Any]]:
         """Optimizer groups ``{"params": [...], "lr": float | None}`` of the loss's parameters."""
@@ -542,7 +541,7 @@ class InfoNCEBound:
     negatives: str
     reduction: str
     mi_bound_key = "mi_infonce_bound"
-    """The metric key of the bound (:data:`identifiable_cl.evaluation.information.BOUND_KEYS`)."""
+    """The metric key of the bound (:data:`identifiable_cl.losses.contract.BOUND_KEYS`)."""
 
     def mi_bound(self, value: float, batch: int, separate: int | None) -> tuple[int, float] | None:
         k = bound_candidates(self.negatives, self.reduction, batch, separate)

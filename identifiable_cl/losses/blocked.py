@@ -63,7 +63,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from identifiable_cl.config import LOSS_MEMORY_MIB
-from identifiable_cl.losses import native
+from identifiable_cl.losses import fused, native
 
 KIND = ("dot", "l1", "l2", "l3")
 KERNELS = ("auto", "eager", "native", "fused")
@@ -421,8 +421,6 @@ def _fused_pass(plan: Plan, needs: tuple[bool, ...], scale: Tensor, pos: Tensor,
     """(losses (K,), and with ``needs``: ∂L/∂s (K,), ∂L/∂pos (K, R), ∂L/∂tensors) of K runs, inputs with a
     leading run axis, by the operations of :mod:`identifiable_cl.losses.fused`: every row at once, one lse call and
     one gradient call per pairing for all runs."""
-    from identifiable_cl.losses import fused
-
     want_grad = any(needs)
     mults = list(plan.multipliers)
     lses = [fused.pair_lse(tensors[p.anchors], tensors[p.candidates], scale, mults, p.exclude, plan.kind)
@@ -451,8 +449,6 @@ def _fused_pass(plan: Plan, needs: tuple[bool, ...], scale: Tensor, pos: Tensor,
 def _fused(plan: Plan, pos: Tensor, *tensors: Tensor) -> bool:
     """Whether the fused operations compute the loss: chosen (``fused``), or ``auto`` where they run Triton on a
     GPU's tensors."""
-    from identifiable_cl.losses import fused
-
     choice = kernels()
     if choice == "fused":
         return True
@@ -506,3 +502,43 @@ def scale_tensor(scale: Tensor | float, like: Tensor) -> Tensor:
     """The scale s as a 0-dim tensor of ``like``'s dtype and device (gradients flow through a tensor); a float is
     filled in on the device rather than copied from the host, which a step recorded as a CUDA graph cannot hold."""
     return scale.to(like.dtype) if isinstance(scale, Tensor) else like.new_full((), scale)
+
+
+def _reference_blocks(a: Tensor, c: Tensor, exclude: str):
+    """(start, anchors block, cᵀ, excluded columns) of one run, in row blocks of the memory budget."""
+    cT = c.transpose(0, 1).contiguous()
+    size = block_rows(a.shape[0], c.shape[0], a.device, 4, a.element_size())
+    for start in range(0, a.shape[0], size):
+        rows = min(size, a.shape[0] - start)
+        yield start, a[start : start + rows], cT, excluded_columns(exclude, start, rows, c.shape[0], a.device)
+
+
+def _reference_lse(a: Tensor, c: Tensor, scale: Tensor, multipliers: list[float], exclude: str, kind: str) -> Tensor:
+    """:func:`identifiable_cl.losses.fused.pair_lse` by the eager block kernels, run by run."""
+    out = a.new_empty(a.shape[0], a.shape[1], len(multipliers))
+    for run in range(a.shape[0]):
+        for start, block, cT, excluded in _reference_blocks(a[run], c[run], exclude):
+            lse = block_forward(block, cT, scale[run], excluded, kind, tuple(multipliers), False)[3]
+            out[run, start : start + block.shape[0]] = lse
+    return out
+
+
+def _reference_grads(a: Tensor, c: Tensor, scale: Tensor, multipliers: list[float], exclude: str, kind: str,
+                     lse: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`identifiable_cl.losses.fused.pair_grads` by the eager block kernels, run by run (``lse`` is recomputed
+    with each block's own shift)."""
+    grad_a, grad_c, grad_s = torch.empty_like(a), torch.empty_like(c), a.new_zeros(a.shape[0])
+    for run in range(a.shape[0]):
+        grad_cT = torch.zeros_like(c[run].transpose(0, 1))
+        for start, block, cT, excluded in _reference_blocks(a[run], c[run], exclude):
+            sim, exps, sums, _ = block_forward(block, cT, scale[run], excluded, kind, tuple(multipliers), True)
+            rows = slice(start, start + block.shape[0])
+            ga, gcT, gs = block_backward(sim, exps, w[run, rows] / sums, scale[run], block, cT, kind)
+            grad_a[run, rows] = ga
+            grad_cT += gcT
+            grad_s[run] += gs
+        grad_c[run] = grad_cT.transpose(0, 1)
+    return grad_a, grad_c, grad_s
+
+
+fused.register_reference(_reference_lse, _reference_grads)

@@ -28,7 +28,7 @@ import contextlib
 import contextvars
 import functools
 import importlib.util
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -83,34 +83,27 @@ def _launch_args(a: Tensor, c: Tensor, multipliers: Sequence[float], exclude: st
         M=len(multipliers), P=POWERS[kind], EXCLUDE=EXCLUDE[exclude], BLOCK_R=BLOCK_R, BLOCK_N=BLOCK_N)
 
 
-def _eager_blocks(a: Tensor, c: Tensor, exclude: str):
-    """(start, anchors block, cᵀ, excluded columns) of one run's eager reference, in row blocks of the memory
-    budget."""
-    from identifiable_cl.losses.blocked import block_rows, excluded_columns
+_REFERENCE: dict[str, Callable[..., Any]] = {}
+"""The operations' eager implementations, where Triton does not run (``lse``, ``grads``: same arguments and results
+as :func:`pair_lse` and :func:`pair_grads`), registered by :mod:`identifiable_cl.losses.blocked` from its block
+kernels (:func:`register_reference`)."""
 
-    cT = c.transpose(0, 1).contiguous()
-    size = block_rows(a.shape[0], c.shape[0], a.device, 4, a.element_size())
-    for start in range(0, a.shape[0], size):
-        rows = min(size, a.shape[0] - start)
-        yield start, a[start : start + rows], cT, excluded_columns(exclude, start, rows, c.shape[0], a.device)
+
+def register_reference(lse: Callable[..., Tensor], grads: Callable[..., tuple[Tensor, Tensor, Tensor]]) -> None:
+    """Register the eager implementations of :func:`pair_lse` and :func:`pair_grads`."""
+    _REFERENCE.update(lse=lse, grads=grads)
 
 
 @torch.library.custom_op("icl::pair_lse", mutates_args=())
 def pair_lse(a: Tensor, c: Tensor, scale: Tensor, multipliers: list[float], exclude: str, kind: str) -> Tensor:
     """lse (K, R, M) of anchors a (K, R, d) against candidates c (K, N, d) at scales (K,) (module docstring)."""
     a, c, scale = a.contiguous(), c.contiguous(), scale.to(a.dtype).contiguous()
-    out = a.new_empty(a.shape[0], a.shape[1], len(multipliers))
     if runs_triton(a, c, multipliers=multipliers):
+        out = a.new_empty(a.shape[0], a.shape[1], len(multipliers))
         sizes, consts = _launch_args(a, c, multipliers, exclude, kind)
         _kernels().lse_kernel[(-(-a.shape[1] // BLOCK_R), a.shape[0])](a, c, scale, out, *sizes, **consts)
         return out
-    from identifiable_cl.losses.blocked import block_forward
-
-    for run in range(a.shape[0]):
-        for start, block, cT, excluded in _eager_blocks(a[run], c[run], exclude):
-            lse = block_forward(block, cT, scale[run], excluded, kind, tuple(multipliers), False)[3]
-            out[run, start : start + block.shape[0]] = lse
-    return out
+    return _REFERENCE["lse"](a, c, scale, multipliers, exclude, kind)
 
 
 @torch.library.custom_op("icl::pair_grads", mutates_args=())
@@ -120,8 +113,8 @@ def pair_grads(a: Tensor, c: Tensor, scale: Tensor, multipliers: list[float], ex
     docstring)."""
     a, c, scale = a.contiguous(), c.contiguous(), scale.to(a.dtype).contiguous()
     lse, w = lse.contiguous(), w.contiguous()
-    grad_a, grad_c = torch.empty_like(a), torch.empty_like(c)
     if runs_triton(a, c, lse, w, multipliers=multipliers):
+        grad_a, grad_c = torch.empty_like(a), torch.empty_like(c)
         kernels = _kernels()
         scale_rows = a.new_empty(a.shape[:2])
         sizes, consts = _launch_args(a, c, multipliers, exclude, kind)
@@ -131,17 +124,4 @@ def pair_grads(a: Tensor, c: Tensor, scale: Tensor, multipliers: list[float], ex
                                                                    *sizes, **consts)
         kernels.column_grad_kernel[(-(-c.shape[1] // BLOCK_N), runs)](a, c, scale, lse, w, grad_c, *sizes, **consts)
         return grad_a, grad_c, scale_rows.sum(1)
-    from identifiable_cl.losses.blocked import block_backward, block_forward
-
-    grad_s = a.new_zeros(a.shape[0])
-    for run in range(a.shape[0]):
-        grad_cT = torch.zeros_like(c[run].transpose(0, 1))
-        for start, block, cT, excluded in _eager_blocks(a[run], c[run], exclude):
-            sim, exps, sums, _ = block_forward(block, cT, scale[run], excluded, kind, tuple(multipliers), True)
-            rows = slice(start, start + block.shape[0])
-            ga, gcT, gs = block_backward(sim, exps, w[run, rows] / sums, scale[run], block, cT, kind)
-            grad_a[run, rows] = ga
-            grad_cT += gcT
-            grad_s[run] += gs
-        grad_c[run] = grad_cT.transpose(0, 1)
-    return grad_a, grad_c, grad_s
+    return _REFERENCE["grads"](a, c, scale, multipliers, exclude, kind, lse, w)

@@ -171,7 +171,7 @@ class NCE(CriticLoss):
     otherwise); excluded pairs contribute nothing. At the population optimum of a rich enough critic
     f(a, b) = log p(b | a) / p_n(b), the log-ratio of the positive's conditional to the noise
     density (the pointwise mutual information when the negatives are draws of the marginal). The
-    loss bounds no mutual information here (``mi_bound`` gives None). ``first_view`` is refused
+    loss bounds no mutual information here (its ``mi_bound`` is None). ``first_view`` is refused
     (:class:`CriticLoss`): the anchor itself would be one of its noise samples.
     """
 

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from torch import nn
 
 import dgp
+from identifiable_cl.losses.contract import traits
 from identifiable_cl.solvers.base import Solver
 from identifiable_cl.solvers.captured import CapturedSolver
 from identifiable_cl.solvers.queue import QueueSolver
@@ -35,6 +36,6 @@ def solver_class(config: Mapping[str, Any], process: dgp.Process, loss: nn.Modul
     and :class:`Solver` otherwise."""
     if process.view_count > 1:
         return ViewSolver if getattr(process.views, "contrasted", None) is None else SubsetSolver
-    if getattr(loss, "queue", None):
+    if traits(loss).queue:
         return QueueSolver
     return CapturedSolver if config["train"]["capture"] == "graph" else Solver

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 import dgp
 from identifiable_cl.encoders import view_encoder
 from identifiable_cl.linear import tensor_float32
+from identifiable_cl.losses.contract import traits
 from identifiable_cl.spec import CHANGEABLE
 from identifiable_cl.losses.blocked import loss_memory
 
@@ -43,7 +44,7 @@ def split_encodings(h_all: Tensor, batch: dgp.Batch) -> tuple[Tensor, Tensor, Te
 def loss_arguments(loss: nn.Module, batch: dgp.Batch) -> dict[str, Tensor | None]:
     """The keyword arguments the loss takes from ``batch`` beside its encodings: ``u``, the anchors' auxiliary
     variable, for a loss that reads it (its ``uses_aux``); none for the others."""
-    return {"u": batch.u} if getattr(loss, "uses_aux", False) else {}
+    return {"u": batch.u} if traits(loss).uses_aux else {}
 
 
 @contextlib.contextmanager

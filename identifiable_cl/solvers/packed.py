@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from identifiable_cl.linear import blas_only
+from identifiable_cl.losses.contract import traits
 from dgp.process import mixed_rows
 from identifiable_cl.solvers.base import Solver, loss_arguments, observations, one_thread, split_encodings
 from identifiable_cl.solvers.captured import GraphStep
@@ -101,8 +102,8 @@ def losses_alike(cs: Sequence[Solver]) -> bool:
     """Whether the runs' losses compute as one ``vmap`` call over the run axis: of one class that can
     (``batches_over_runs``), configured alike (their learnt parameters may differ), taking nothing from the batch
     but the encodings."""
-    first = cs[0]
-    return (getattr(first.loss, "batches_over_runs", False) and not getattr(first.loss, "uses_aux", False)
+    first, declared = cs[0], traits(cs[0].loss)
+    return (declared.batches_over_runs and not declared.uses_aux
             and all(type(c.loss) is type(first.loss) and c.config["loss"] == first.config["loss"] for c in cs))
 
 

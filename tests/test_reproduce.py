@@ -375,3 +375,24 @@ def test_smoke_scale_claims_hold(name, tmp_path, monkeypatch):
     assert failing <= KNOWN_SMOKE_FAILURES.get(name, set()), [
         v.detail for v in result.verdicts if v.claim.text in failing - KNOWN_SMOKE_FAILURES.get(name, set())
     ]
+
+
+def test_a_figure_without_a_finished_run_is_not_drawn_and_whole_numbers_get_whole_ticks(tmp_path):
+    """An ``against`` figure over layer counts gets integer ticks; a panel without data says so; a figure none of
+    whose runs finished is left out rather than drawn as an empty frame."""
+    from identifiable_cl.reproduce.report import _against_figure, draw
+
+    runs = [{"label": f"L{n}", "description": "x", "overrides": {"dgp.mixing.layers": n}} for n in (1, 2, 3)]
+    e = _experiment(runs=runs, claims=[{"claim": "x", "left": {"run": "L1", "metric": "r2_linear"}, "op": ">=",
+                                         "right": 0.5}], figures=[
+        {"name": "depth", "kind": "against", "metrics": ["r2_linear", "mcc_pearson"],
+         "series": [{"label": "MLP", "x": "dgp.mixing.layers", "runs": ["L1", "L2", "L3"]}]},
+        {"name": "other", "kind": "bars", "metrics": ["r2_linear"], "runs": ["L3"]}])
+    results = {label: RunResults(label, [Run(Path(label), {}, (), {"r2_linear": 0.5 + 0.1 * i})])
+               for i, label in enumerate(("L1", "L2"))}
+    results["L3"] = RunResults("L3", [])
+    r2, mcc = _against_figure(e.figures[0], results, e, "smoke").axes
+    ticks = [t for t in r2.get_xticks() if r2.get_xlim()[0] <= t <= r2.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    paths = draw(e, "smoke", results, tmp_path)
+    assert list(paths) == ["depth"] and not (tmp_path / "figures" / "other.png").exists()

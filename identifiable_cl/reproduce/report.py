@@ -274,6 +274,10 @@ def _against_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults], 
                 if chances:
                     ax.axhline(statistics.fmean(chances), color=bars.lines[0].get_color(), ls="--", lw=1.0,
                                label=f"{series['label']}: {REFERENCE_LABEL}")
+        if drawn and all(float(x).is_integer() for x, _ in drawn):  # layers, segments, ...: whole numbers
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if isinstance(spec.get("vline"), (int, float)):
             ax.axvline(spec["vline"], color="black", ls="--", lw=0.8)
         if score_metric(metric) is not None:
@@ -344,14 +348,21 @@ FIGURES = {"curves": lambda spec, results, experiment, scale: _curves_figure(spe
 
 
 def draw(experiment: Experiment, scale: str, results: Mapping[str, RunResults], out: Path) -> dict[str, Path]:
-    """Draw every figure of the experiment into ``out/figures``; ``{}`` without matplotlib."""
+    """Draw every figure of the experiment into ``out/figures`` whose runs have any result (a panel without one says
+    so); ``{}`` without matplotlib."""
     try:
         import matplotlib  # noqa: F401
     except ModuleNotFoundError:
         return {}
     paths = {}
     for spec in experiment.figures:
+        labels = spec.get("runs") or [label for series in spec.get("series", ()) for label in series["runs"]]
+        if not any(results[label].succeeded for label in labels):  # none of its runs has finished: no empty frame
+            continue
         fig = FIGURES[spec["kind"]](spec, results, experiment, scale)
+        for ax in fig.axes:
+            if not ax.has_data() and ax.get_title():
+                ax.text(0.5, 0.5, "no finished run", ha="center", va="center", transform=ax.transAxes, color="0.4")
         path = Path(out) / "figures" / f"{spec['name']}.png"
         rundir.save_figure(path, fig)
         paths[spec["name"]] = path

@@ -27,7 +27,10 @@ from dgp.seeding import stream_seed
 from identifiable_cl import __version__, linear, rundir
 from identifiable_cl.components import assemble, resolve
 from identifiable_cl.evaluation import linear_readout
+from identifiable_cl.losses.contract import traits
 from identifiable_cl.plots import draw_figures_if_possible
+from identifiable_cl.evaluation.catalog import metric_switch
+from identifiable_cl.predictions import prediction_for, verdict
 from identifiable_cl.progress import Progress
 from identifiable_cl.protocol import Measured, check_before_writing, evaluation, reported, shared_identity
 from identifiable_cl.solvers import Solver
@@ -226,9 +229,13 @@ class Trainer:
 
     def summarize(self, metrics: Mapping[str, Any], identity: Mapping[str, Any]) -> dict[str, Any]:
         c, wall = self.c, self.c.extra["wall_s"]
-        return {**reported(metrics), **identity, "steps": c.steps_done, "wall_s": wall,
+        measured = reported(metrics)
+        expected = prediction_for(traits(c.loss).predictions, c.loss, c.process.config)
+        switch = None if expected is None else metric_switch(expected.metric)
+        return {**measured, **identity, "steps": c.steps_done, "wall_s": wall,
                 "steps_per_s": c.extra["steps_timed"] / wall if wall > 0 else math.nan, "seed": c.config["seed"],
-                "dgp_fingerprint": c.process.fingerprint(), "version": __version__}
+                "dgp_fingerprint": c.process.fingerprint(), "version": __version__,
+                **verdict(expected, measured, switch)}
 
     def _readout(self) -> None:
         """Save true vs linearly read-out test latents (for the recovery scatter plots)."""

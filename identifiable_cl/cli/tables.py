@@ -55,6 +55,11 @@ def results_table(summary: Mapping[str, Any]) -> str:
                      + (f"; InfoNCE with the true critic: {summary['mi_true_critic_bound']:.2f}"
                         if _number(summary.get("mi_true_critic_bound")) else "")
                      + ")")
+    if isinstance(summary.get("prediction"), str):
+        metric = summary.get("prediction_metric")
+        measured = f"{summary[metric]:.3f}" if metric is not None and _number(summary.get(metric)) else "not measured"
+        lines.append(f"theory: {summary['prediction']}" + (f"; this run: {metric} {measured}, "
+                                                              f"{summary['prediction_verdict']}" if metric else ""))
     if "steps" in summary:
         lines.append(f"{summary['steps']} steps in {summary['wall_s']:.1f} s ({summary['steps_per_s']:.1f} steps/s)")
     return "\n".join(lines)

@@ -169,6 +169,14 @@ def block_prefixes() -> tuple[str, ...]:
     return tuple(f"{m.key}_" for m in ordered() if m.per_block)
 
 
+def metric_switch(key: str) -> str | None:
+    """The ``eval.*`` key that turns the metric reporting ``key`` on (None: always on, or no such metric); a per-block
+    key (``r2_nonlinear_content``) is its metric's (``r2_nonlinear``)."""
+    found = [m for m in ordered() if m.key == key or key in (m.columns or {})
+             or (m.per_block and key.startswith(f"{m.key}_"))]
+    return max(found, key=lambda m: len(m.key)).enabled_by if found else None
+
+
 def switches() -> dict[str, tuple[bool, str]]:
     """The ``eval.*`` keys metrics declare themselves (``switch``): key -> (default, what it does)."""
     return {m.enabled_by: (m.switch_default, m.switch) for m in ordered() if m.enabled_by and m.switch is not None}

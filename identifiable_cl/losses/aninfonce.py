@@ -25,6 +25,7 @@ from identifiable_cl.losses.base import (
     prepared_inputs,
 )
 from identifiable_cl.losses import LOSSES
+from identifiable_cl.predictions import Prediction
 
 
 def inverse_softplus(y: float) -> float:
@@ -52,6 +53,13 @@ class AnInfoNCE(InfoNCEBound, ContrastiveLoss):
     """
 
     batches_over_runs = True
+    predictions = (
+        Prediction("sphere_anisotropic", "a block-orthogonal map, dimensions of equal Λ mixed", "Rusak et al. 2024",
+                   "mcc_block_aware", {"paper": 0.95, "smoke": 0.89}, process={"conditional.lambdas": ("bimodal",)}),
+        Prediction("sphere_anisotropic", "a permutation and signs, the Λ values distinct", "Rusak et al. 2024",
+                   "mcc_pearson", {"paper": 0.95, "smoke": 0.8}, process={"conditional.lambdas": ("linear",)}),
+    )
+    """What theory predicts for AnInfoNCE (:mod:`identifiable_cl.predictions`; thresholds as rusak2024 states them)."""
 
     OPTION_DOCS = {
         'lambda_init': 'initial Λ̂ value on every dimension (> 0), or "random": θ ~ 0.1·N(0, 1) as in the official code',

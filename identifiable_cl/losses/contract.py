@@ -35,6 +35,7 @@ class Traits:
     mi_bound_key: str | None = None
     logs: Callable[[], dict[str, Any]] | None = None
     param_groups: Callable[[], list[dict[str, Any]]] | None = None
+    predictions: tuple[Any, ...] = ()
 
 
 DECLARED: dict[str, str] = {
@@ -49,6 +50,7 @@ DECLARED: dict[str, str] = {
     "mi_bound_key": "str: the metric key of that bound (identifiable_cl.evaluation.information.BOUND_KEYS)",
     "logs": "logs() -> {name: float or list}: values worth logging (a learnt temperature, Λ̂)",
     "param_groups": "param_groups() -> [{'params': [...], 'lr': float or None}]: optimizer groups of its parameters",
+    "predictions": "a tuple of identifiable_cl.predictions.Prediction: what theory predicts for it, per process family",
 }
 """Every attribute the project reads from a loss, with its type and meaning (docs/plugins.md lists the same)."""
 
@@ -73,6 +75,11 @@ def traits(loss: nn.Module, name: str | None = None) -> Traits:
     lr = found["lr"]
     if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0):
         fail("lr", lr)
+    from identifiable_cl.predictions import Prediction
+
+    found["predictions"] = () if found["predictions"] is None else found["predictions"]
+    if not isinstance(found["predictions"], tuple) or not all(isinstance(p, Prediction) for p in found["predictions"]):
+        fail("predictions", found["predictions"])
     for method in ("mi_bound", "logs", "param_groups"):
         if found[method] is not None and not callable(found[method]):
             fail(method, found[method])

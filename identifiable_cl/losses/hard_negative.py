@@ -40,6 +40,9 @@ class HardNegativeInfoNCE(InfoNCE):
     and the two of :attr:`OPTION_DOCS`.
     """
 
+    predictions = ()
+    """InfoNCE's predictions do not carry over to reweighted negatives; none is declared."""
+
     OPTION_DOCS = {
         'beta': 'concentration β >= 0 of the importance weights',
         'tau_plus': 'debiasing prior τ⁺ in [0, 1); 0 turns debiasing off',

@@ -24,6 +24,7 @@ from identifiable_cl.losses.base import (
 )
 from identifiable_cl.losses.queue import QUEUE, queue_options
 from identifiable_cl.losses import LOSSES
+from identifiable_cl.predictions import Prediction
 
 
 @LOSSES.register("infonce")
@@ -60,6 +61,23 @@ class InfoNCE(InfoNCEBound, ContrastiveLoss):
     """
 
     batches_over_runs = True
+    predictions = (
+        Prediction("sphere_vmf", "an orthogonal map", "Zimmermann et al. 2021, Theorem 2, for vMF positives and a "
+                   "cosine critic", "r2_linear", {"paper": 0.98, "smoke": 0.9}, loss={"similarity": ("cosine", "dot")}),
+        Prediction("box_lp", "a permutation and signs", "Zimmermann et al. 2021, Theorem 5, for a critic whose p is "
+                   "the positives'", "mcc_pearson", {"paper": 0.95, "smoke": 0.85}, loss={"similarity": ("l1",)},
+                   process={"conditional.name": ("laplace",)}),
+        Prediction("box_lp", "an affine map", "Zimmermann et al. 2021, Theorem 5, for a critic whose p is the "
+                   "positives'", "r2_linear", {"paper": 0.98, "smoke": 0.85}, loss={"similarity": ("l2",)},
+                   process={"conditional.name": ("normal",)}),
+        Prediction("content_style", "an invertible map of the content block", "von Kügelgen et al. 2021, Theorem "
+                   "4.4", "r2_nonlinear_content", {"paper": 0.95, "smoke": 0.9}),
+        Prediction("sphere_anisotropic", "an isotropic critic loses the strongly changing (low-Λ) latents",
+                   "Rusak et al. 2024", "r2_linear_lambda_5", {"paper": 0.5, "smoke": 0.5}, recovers=False,
+                   loss={"similarity": ("cosine", "dot")}, process={"conditional.lambdas": ("bimodal",)}),
+    )
+    """What theory predicts for this loss (:mod:`identifiable_cl.predictions`; thresholds as the experiments
+    zimmermann2021, vonkugelgen2021 and rusak2024 state them)."""
 
     OPTION_DOCS = {
         'similarity': 'cosine (aᵀb / (||a|| ||b||); the encoder should output unit vectors), dot (aᵀb), or l1/l2/l3 (-||a - b||_p^p, p = 1, 2, 3: the Laplace, Gaussian and generalised-normal conditionals of Z21)',

@@ -12,6 +12,7 @@ from identifiable_cl.losses.base import (
     ContrastiveLoss, _check_batch, _check_negatives, check_dim, check_lr, prepared_inputs,
 )
 from identifiable_cl.losses import LOSSES
+from identifiable_cl.predictions import Prediction
 
 PCL_NEGATIVES = ("rolled", "independent")
 """Where the fake pairs' past points come from: the batch rolled by one row, or the DGP's separate negatives."""
@@ -48,6 +49,14 @@ class PCL(ContrastiveLoss):
 
         L = mean over real pairs of softplus(-r) + mean over fake pairs of softplus(r).
     """
+
+    predictions = (
+        Prediction("ar1", "a permutation, signs and componentwise maps, for non-Gaussian innovations",
+                   "Hyvärinen & Morioka 2017, Theorem 1", "mcc_pearson", {"paper": 0.9, "smoke": 0.6},
+                   process={"marginal.innovation": ("laplace",)}),
+    )
+    """What theory predicts for PCL (:mod:`identifiable_cl.predictions`; thresholds as hyvarinen2017 states them for
+    up to four mixing layers)."""
 
     OPTION_DOCS = {
         'negatives': "the fake pairs' past points: 'rolled' (the batch's anchors rolled by one row, (h+_i, h_{i+1})) "

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from dgp import checks
 from dgp.segments import DEFAULT_SEGMENTS
 from identifiable_cl.losses import LOSSES
+from identifiable_cl.predictions import Prediction
 from identifiable_cl.losses.base import (
     ContrastiveLoss, check_dim, check_lr, check_segments, checked_labels, prepared_inputs,
 )
@@ -50,6 +51,12 @@ class TCL(ContrastiveLoss):
     }
     uses_aux = True
     mi_bound = None
+    predictions = (
+        Prediction("segments", "a linear map of the sources' absolute values |s|", "Hyvärinen & Morioka 2016, "
+                   "Theorem 1", "mcc_ica_abs_pearson", {"paper": 0.9, "smoke": 0.5}),
+    )
+    """What theory predicts for TCL (:mod:`identifiable_cl.predictions`; thresholds as hyvarinen2016 states them for
+    up to four mixing layers)."""
     """No bound on I(z; z+): the evaluation reads none
     (:func:`identifiable_cl.evaluation.information.information_metrics`)."""
 

@@ -7,6 +7,8 @@ Read from ``experiments/<name>/experiment.yaml``::
     paper: full citation
     reference_source: where the reference numbers come from
     notes: free text shown in results.md (optional)
+    cells: {family: {dotted.key: value}}     # optional: runs and claims made from the registries
+                                              #   (identifiable_cl.reproduce.atlas), every loss on each family
     base: {dotted.key: value, ...}            # every run, every scale
     scales:
       paper: {dotted.key: value, ...}         # the published settings
@@ -111,7 +113,7 @@ TINY: dict[str, Any] = {
     "eval.final_n_test": 256,
     "eval.nonlinear": False,
 }
-FIGURE_KINDS = ("curves", "against", "bars")
+FIGURE_KINDS = ("curves", "against", "bars", "atlas")
 POPULATION_TAUS = ("run", "optimal")
 POPULATION_DISTORTIONS = ("stretch", "warp")
 POPULATION_DEFAULTS: dict[str, Any] = {
@@ -467,7 +469,7 @@ def _figure(where: str, raw: Any, labels: set[str]) -> dict[str, Any]:
     metrics = raw.get("metrics")
     if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
         raise ValueError(f"{where}.metrics: a non-empty list of summary keys")
-    if raw["kind"] in ("curves", "bars"):
+    if raw["kind"] in ("curves", "bars", "atlas"):
         runs = raw.get("runs")
         if not isinstance(runs, list) or not runs or any(r not in labels for r in runs):
             raise ValueError(f"{where}.runs={runs!r}: a non-empty list of run labels of this experiment")
@@ -493,7 +495,12 @@ def parse_experiment(raw: Any, folder: Path, source: str) -> Experiment:
     if not isinstance(raw, Mapping):
         raise ValueError(f"{source}: expected a mapping")
     check_entries(source, raw, {"name", "title", "paper", "reference_source", "notes", "base", "scales", "runs",
-                                "metrics", "claims", "figures", "population", "tuning"})
+                                "metrics", "claims", "figures", "population", "tuning", "cells"})
+    if "cells" in raw:
+        from identifiable_cl.reproduce import atlas
+
+        base, smoke = _overrides(f"{source}.base", raw.get("base")), _scaled(f"{source}.scales", raw.get("scales"))
+        raw = atlas.expand(raw, source, lambda overrides: combine(base, smoke.get("smoke", {}), overrides))
     tuning = _tuning(f"{source}.tuning", raw.get("tuning"))
     runs_raw = raw.get("runs")
     if not isinstance(runs_raw, list) or not runs_raw:

@@ -47,10 +47,10 @@ from identifiable_cl.plots import (
     score_axis,
     score_metric,
 )
-from identifiable_cl.reproduce.claims import Verdict, tally
+from identifiable_cl.reproduce.claims import FAILS, HOLDS, Verdict, check, tally
 from identifiable_cl.reproduce.experiment import Experiment
 from identifiable_cl.reproduce.population import PopulationCheck, section as population_section
-from identifiable_cl.aggregate import Run, RunSet
+from identifiable_cl.aggregate import Run, RunSet, mean_std
 from identifiable_cl.sweeps.local import RUN
 
 
@@ -156,8 +156,13 @@ def table(experiment: Experiment, results: Mapping[str, RunResults], scale: str 
     return "\n".join(lines)
 
 
+def cell(text: Any) -> str:
+    """``text`` as a Markdown table cell: its pipes (``|s|``) escaped, so that they do not split the row."""
+    return str(text).replace("|", "\\|")
+
+
 def verdict_table(verdicts: Sequence[Verdict]) -> str:
-    rows = [f"| {v.claim.text} | **{v.state}** | {v.detail} |" for v in verdicts]
+    rows = [f"| {cell(v.claim.text)} | **{v.state}** | {cell(v.detail)} |" for v in verdicts]
     return "\n".join(["| claim | verdict | numbers |", "|---|---|---|", *rows])
 
 
@@ -204,7 +209,12 @@ def markdown(
                   "nothing about the paper's claims; run `--scale smoke` or `--scale paper` for those.", ""]
     if experiment.notes:
         parts += [experiment.notes, ""]
+    cells = any(spec["kind"] == "atlas" for spec in experiment.figures)
+    if cells:  # the atlas: the cells that contradict their prediction first
+        verdicts = sorted(verdicts, key=lambda v: v.state != FAILS)
     parts += [f"## Claims ({tally(verdicts)})", "", verdict_table(verdicts) if verdicts else "No claims at this scale.", ""]
+    if cells:
+        parts += ["## Cells", "", cells_table(experiment, results, scale), ""]
     parts += ["## Results", "", f"Reference numbers: {experiment.reference_source}", "",
               table(experiment, results, scale), ""]
     if pending:
@@ -335,6 +345,75 @@ def _bars_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults], los
     return fig
 
 
+CELL_STATES = {HOLDS: "agrees", FAILS: "contradicts"}
+"""How a cell's claim verdict reads in the atlas (any other: not measured)."""
+
+
+def cell_verdicts(experiment: Experiment, results: Mapping[str, RunResults], scale: str) -> dict[str, tuple[str, Any]]:
+    """Per atlas cell (run label): its verdict (agrees, contradicts, not measured, no theorem) and its claim (None
+    without a prediction)."""
+    means = {label: res.means() for label, res in results.items()}
+    claims = {claim.left.run: claim for claim in experiment.claims}
+    out = {}
+    for spec in experiment.runs:
+        claim = claims.get(spec.label)
+        state = "no theorem" if claim is None else CELL_STATES.get(check(claim, means, scale).state, "not measured")
+        out[spec.label] = (state, claim)
+    return out
+
+
+def cells_table(experiment: Experiment, results: Mapping[str, RunResults], scale: str) -> str:
+    """The atlas per cell: loss, family, prediction and source, its metric's mean ± std over seeds, the identity
+    baseline's, and the verdict; cells that contradict their prediction first, then agreeing, unmeasured and
+    theorem-less ones."""
+    from identifiable_cl.reproduce.atlas import HEADLINE, cell_of
+
+    order = {"contradicts": 0, "agrees": 1, "not measured": 2, "no theorem": 3}
+    rows = ["| loss | family | prediction | metric | measured | identity g(z) | verdict |", "|---|---|---|---|---|---|---|"]
+    verdicts = cell_verdicts(experiment, results, scale)
+    for label, (state, claim) in sorted(verdicts.items(), key=lambda item: (order[item[1][0]], item[0])):
+        loss, family = cell_of(label)
+        metric = claim.left.metric if claim is not None else HEADLINE[0]
+        said = claim.text.split(": ", 1)[1] if claim is not None else "none known"
+        res = results[label]
+        identity = res.mean(f"identity_{metric}")
+        rows.append(f"| {loss} | {family} | {cell(said)} | {metric} | {mean_std(res.mean(metric), res.std(metric))} | "
+                    f"{'—' if identity is None else f'{identity:.3f}'} | {state} |")
+    return "\n".join(rows)
+
+
+def _atlas_figure(spec: Mapping[str, Any], results: Mapping[str, RunResults], experiment: Experiment, scale: str):
+    """The atlas's matrix: a row per loss, a column per process family; each cell coloured by the mean of its
+    prediction's metric (without a prediction: its linear R²), marked ✓ where the runs agree with the prediction,
+    ✗ where they contradict it, – where no theorem is known, ? where nothing was measured; blank: no such cell."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from identifiable_cl.reproduce.atlas import HEADLINE, cell_of
+
+    verdicts = cell_verdicts(experiment, results, scale)
+    losses = sorted({cell_of(label)[0] for label in spec["runs"]})
+    families = list(dict.fromkeys(cell_of(label)[1] for label in spec["runs"]))
+    values = np.full((len(losses), len(families)), np.nan)
+    fig = Figure(figsize=(1.3 * len(families) + 3, 0.45 * len(losses) + 2), layout="constrained")
+    ax = fig.subplots()
+    marks = {"agrees": "✓", "contradicts": "✗", "no theorem": "–", "not measured": "?"}
+    for label in spec["runs"]:
+        loss, family = cell_of(label)
+        i, j = losses.index(loss), families.index(family)
+        state, claim = verdicts[label]
+        mean = results[label].mean(claim.left.metric if claim is not None else HEADLINE[0])
+        values[i, j] = math.nan if mean is None else mean
+        ax.text(j, i, marks[state] if results[label].succeeded else "?", ha="center", va="center", fontsize=11,
+                color="white" if mean is not None and mean < 0.5 else "black")
+    image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(families)), families, rotation=30, ha="right")
+    ax.set_yticks(range(len(losses)), losses)
+    fig.colorbar(image, ax=ax, label="the prediction's metric (linear R² without one)")
+    ax.set_title(spec.get("title", f"{experiment.name}: ✓ agrees, ✗ contradicts, – no theorem, ? not measured"))
+    return fig
+
+
 def loss_names(experiment: Experiment, scale: str, labels: Sequence[str]) -> dict[str, str]:
     """Run label -> its ``loss.name`` at ``scale`` (what the bar figures colour by)."""
     return {label: experiment.config(label, scale)["loss"]["name"] for label in labels}
@@ -343,7 +422,8 @@ def loss_names(experiment: Experiment, scale: str, labels: Sequence[str]) -> dic
 FIGURES = {"curves": lambda spec, results, experiment, scale: _curves_figure(spec, results),
            "against": _against_figure,
            "bars": lambda spec, results, experiment, scale: _bars_figure(
-               spec, results, loss_names(experiment, scale, spec["runs"]))}
+               spec, results, loss_names(experiment, scale, spec["runs"])),
+           "atlas": _atlas_figure}
 """How each kind of figure is drawn."""
 
 

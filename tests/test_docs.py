@@ -24,6 +24,8 @@ KEYS_END = "<!-- end keys -->"
 EXPERIMENTS_BEGIN = ("<!-- experiments: generated from experiments/*/experiment.yaml and RESULTS.md; tests/test_docs.py "
                      "keeps it current -->")
 EXPERIMENTS_END = "<!-- end experiments -->"
+PREDICTIONS_BEGIN = "<!-- predictions: generated from the losses' declarations; tests/test_docs.py keeps it current -->"
+PREDICTIONS_END = "<!-- end predictions -->"
 FENCED = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.S | re.M)
 
 
@@ -173,6 +175,23 @@ def generated_experiments() -> str:
     return "\n".join(rows)
 
 
+def generated_predictions() -> str:
+    """The predictions table of docs/losses-and-measures.md: per loss and family, what is predicted, from where, and
+    the metric with its thresholds per scale."""
+    from identifiable_cl.losses import LOSSES
+
+    rows = ["| loss | process family | predicted | source | metric | thresholds |", "|---|---|---|---|---|---|"]
+    for name in LOSSES.names():
+        for p in getattr(LOSSES.get(name), "predictions", ()):
+            options = "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in {**p.loss, **p.process}.items())
+            said = f"identified up to {p.up_to}" if p.recovers else f"not recovered: {p.up_to}"
+            bound = "≥" if p.recovers else "≤"
+            levels = ", ".join(f"{scale} {value:g}" for scale, value in p.thresholds.items())
+            rows.append(f"| `{name}` | {p.family}{f' ({options})' if options else ''} | {said} | {p.source} | "
+                        f"`{p.metric}` {bound} | {levels} |".replace("|s|", "\\|s\\|"))
+    return "\n".join(rows)
+
+
 def marked(text: str, begin: str, end: str) -> str:
     assert text.count(begin) == 1 and text.count(end) == 1, f"the markers {begin[:30]}... of a docs page"
     return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
@@ -182,6 +201,13 @@ def test_the_experiments_index_is_current():
     documented = marked((DOCS / "experiments.md").read_text(), EXPERIMENTS_BEGIN, EXPERIMENTS_END)
     assert documented == generated_experiments(), (
         "docs/experiments.md's index differs from the experiments' files; rewrite it with `python tests/test_docs.py`")
+
+
+def test_the_predictions_table_is_current():
+    documented = marked((DOCS / "losses-and-measures.md").read_text(), PREDICTIONS_BEGIN, PREDICTIONS_END)
+    assert documented == generated_predictions(), (
+        "docs/losses-and-measures.md's predictions differ from the losses' declarations; rewrite them with "
+        "`python tests/test_docs.py`")
 
 
 def test_every_python_block_is_run_by_a_test():
@@ -201,6 +227,7 @@ def test_every_python_block_is_run_by_a_test():
 
 
 if __name__ == "__main__":
+    sys.path[0] = str(ROOT)  # run as a script, tests/ would come first, and its dgp/ shadow the package
     CONFIGURATION.write_text(with_keys(CONFIGURATION.read_text(), generated_keys()))
     print(f"rewrote the key table of {CONFIGURATION.relative_to(ROOT)}")
     page = DOCS / "experiments.md"
@@ -208,3 +235,8 @@ if __name__ == "__main__":
     page.write_text(f"{before}{EXPERIMENTS_BEGIN}\n{generated_experiments()}\n{EXPERIMENTS_END}"
                     f"{rest.split(EXPERIMENTS_END, 1)[1]}")
     print(f"rewrote the experiments index of {page.relative_to(ROOT)}")
+    page = DOCS / "losses-and-measures.md"
+    before, rest = page.read_text().split(PREDICTIONS_BEGIN, 1)
+    page.write_text(f"{before}{PREDICTIONS_BEGIN}\n{generated_predictions()}\n{PREDICTIONS_END}"
+                    f"{rest.split(PREDICTIONS_END, 1)[1]}")
+    print(f"rewrote the predictions table of {page.relative_to(ROOT)}")

@@ -80,6 +80,15 @@ def _kept(rows, cols, row_ok, col_ok, N, EXCLUDE: tl.constexpr):
 
 
 @triton.jit
+def _tile(a_ptr, c_ptr, rows, cols, R, N, D, P: tl.constexpr, EXCLUDE: tl.constexpr,
+          BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(sim, keep) of the tile of ``rows`` × ``cols``: the similarities and which pairs count."""
+    row_ok, col_ok = rows < R, cols < N
+    sim = _similarity(a_ptr, c_ptr, rows, cols, row_ok, col_ok, D, P, BLOCK_R, BLOCK_N)
+    return sim, _kept(rows, cols, row_ok, col_ok, N, EXCLUDE)
+
+
+@triton.jit
 def _accumulate(m, t, x):
     """Running (maximum, Σ exp(x - maximum)) per row after the tile ``x`` (-inf where not kept)."""
     top = tl.maximum(m, tl.max(x, 1))
@@ -102,10 +111,7 @@ def lse_kernel(a_ptr, c_ptr, scale_ptr, lse_ptr, R, N, D, c1, c2,
     m2 = tl.full([BLOCK_R], float("-inf"), dtype)
     t2 = tl.zeros([BLOCK_R], dtype)
     for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        col_ok = cols < N
-        sim = _similarity(a_ptr, c_ptr, rows, cols, row_ok, col_ok, D, P, BLOCK_R, BLOCK_N)
-        keep = _kept(rows, cols, row_ok, col_ok, N, EXCLUDE)
+        sim, keep = _tile(a_ptr, c_ptr, rows, start + tl.arange(0, BLOCK_N), R, N, D, P, EXCLUDE, BLOCK_R, BLOCK_N)
         m1, t1 = _accumulate(m1, t1, tl.where(keep, sim * (s * c1), float("-inf")))
         if M == 2:
             m2, t2 = _accumulate(m2, t2, tl.where(keep, sim * (s * c2), float("-inf")))
@@ -146,8 +152,7 @@ def row_grad_kernel(a_ptr, c_ptr, scale_ptr, lse_ptr, w_ptr, grad_ptr, scale_gra
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         col_ok = cols < N
-        sim = _similarity(a_ptr, c_ptr, rows, cols, row_ok, col_ok, D, P, BLOCK_R, BLOCK_N)
-        keep = _kept(rows, cols, row_ok, col_ok, N, EXCLUDE)
+        sim, keep = _tile(a_ptr, c_ptr, rows, cols, R, N, D, P, EXCLUDE, BLOCK_R, BLOCK_N)
         d = _dlogits(sim, keep, s, lse_ptr, w_ptr, rows, row_ok, c1, c2, M)
         scale_part += tl.sum(d * sim, 1)
         g = d * s
@@ -179,8 +184,7 @@ def column_grad_kernel(a_ptr, c_ptr, scale_ptr, lse_ptr, w_ptr, grad_ptr, R, N, 
     for start in range(0, R, BLOCK_R):
         rows = start + tl.arange(0, BLOCK_R)
         row_ok = rows < R
-        sim = _similarity(a_ptr, c_ptr, rows, cols, row_ok, col_ok, D, P, BLOCK_R, BLOCK_N)
-        keep = _kept(rows, cols, row_ok, col_ok, N, EXCLUDE)
+        sim, keep = _tile(a_ptr, c_ptr, rows, cols, R, N, D, P, EXCLUDE, BLOCK_R, BLOCK_N)
         g = _dlogits(sim, keep, s, lse_ptr, w_ptr, rows, row_ok, c1, c2, M) * s
         for k in range(D):
             ak = tl.load(a_ptr + rows * D + k, mask=row_ok, other=0.0)

@@ -52,6 +52,15 @@ def test_values_and_gradients_equal_the_dense_form(way, kind, negatives, B):
     assert_same(got, want, 1e-10)
 
 
+def assert_gradients_match(loss, dense, xs, params, way, rtol=1e-10):
+    """The fused operations' gradients of ``loss(*xs)`` with respect to ``params`` are ``dense(*xs)``'s."""
+    want = torch.autograd.grad(dense(loss, *xs), params)
+    with fused_kernels(way):
+        got = torch.autograd.grad(loss(*xs), params)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=rtol, atol=rtol / 100)
+
+
 @pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("kind", ["dot", "l1", "l3"])
 @pytest.mark.parametrize("reduction", [DECOUPLED[0], pytest.param(DECOUPLED[1], marks=pytest.mark.integration)])
@@ -59,12 +68,7 @@ def test_decoupled_reduction_and_learnt_temperature(way, kind, reduction):
     loss = InfoNCE(dim=5, similarity=kind, tau=0.4, negatives="symmetric", reduction=reduction,
                    learn_tau=True).double()
     xs = inputs(67, 5, seed=3)
-    params = [loss.temperature.log_tau, *xs[:2]]
-    want = torch.autograd.grad(dense_infonce(loss, *xs), params)
-    with fused_kernels(way):
-        got = torch.autograd.grad(loss(*xs), params)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+    assert_gradients_match(loss, dense_infonce, xs, [loss.temperature.log_tau, *xs[:2]], way)
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -72,12 +76,7 @@ def test_decoupled_reduction_and_learnt_temperature(way, kind, reduction):
 def test_aninfonce_and_its_lambda(way, negatives):
     loss = AnInfoNCE(dim=4, negatives=negatives, unit_norm=True, seed=3).double()
     xs = inputs(11, 4, seed=4, shared=6 if negatives == "independent" else None)
-    params = [loss.raw_lambda, *[x for x in xs if x is not None]]
-    want = torch.autograd.grad(dense_infonce(loss, *xs), params)
-    with fused_kernels(way):
-        got = torch.autograd.grad(loss(*xs), params)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+    assert_gradients_match(loss, dense_infonce, xs, [loss.raw_lambda, *[x for x in xs if x is not None]], way)
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -88,12 +87,7 @@ def test_two_multipliers_of_hard_negatives(way, kind, beta, tau_plus):
         pytest.skip("debiasing needs cosine similarity")
     loss = HardNegativeInfoNCE(dim=3, similarity=kind, beta=beta, tau_plus=tau_plus, tau=0.8, learn_tau=True).double()
     xs = inputs(66, 3, seed=5)
-    params = [loss.temperature.log_tau, *xs[:2]]
-    want = torch.autograd.grad(dense_hard_negative(loss, *xs), params)
-    with fused_kernels(way):
-        got = torch.autograd.grad(loss(*xs), params)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-11)
+    assert_gradients_match(loss, dense_hard_negative, xs, [loss.temperature.log_tau, *xs[:2]], way, rtol=1e-9)
 
 
 @needs_triton

@@ -639,15 +639,18 @@ HEARTBEAT_S = 60.0
 """Seconds between the runner's lines on the runs still training (:func:`progress_line`)."""
 
 
-def progress_line(done: int, total: int, running: Sequence[PlannedRun]) -> str:
-    """What the runner says while runs train: ``[done/total]`` and each live run's last logged step."""
+def progress_line(done: int, total: int, running: Sequence[tuple[SweepSpec, PlannedRun]]) -> str:
+    """What the runner says while runs train: ``[done/total]`` and each live run (its sweep's name, its id and the
+    values its sweep varies) at its last logged step."""
     parts = []
-    for run in running:
+    for spec, run in running:
         try:
             records = read_metrics(RunFolder.read(run.folder).run_dir)
         except ValueError:
             records = []
-        parts.append(f"{run.run_id} at step {records[-1]['step']}" if records else f"{run.run_id} starting")
+        swept = describe({key: value for key, value in run.params.items() if key in spec.swept})
+        name = f"{spec.name} {run.run_id}" + (f" ({swept})" if swept else "")
+        parts.append(f"{name} at step {records[-1]['step']}" if records else f"{name} starting")
     return f"[{done}/{total}] training: " + ", ".join(parts)
 
 
@@ -669,7 +672,7 @@ def run_groups(
     pool then ends, once they have, with :class:`StoppedBySignal`."""
     lock = threading.Lock()
     outcomes: list[Outcome] = []
-    running: dict[int, PlannedRun] = {}
+    running: dict[int, tuple[SweepSpec, PlannedRun]] = {}
     finished = threading.Event()
 
     def work(slot: int) -> None:
@@ -678,7 +681,7 @@ def run_groups(
         while True:
             with lock:
                 group = None if CHILDREN.signal is not None else next_group()
-                running.update({run.index: run for run in group[1]} if group is not None else {})
+                running.update({run.index: (group[0], run) for run in group[1]} if group is not None else {})
             if group is None:
                 return
             spec, runs = group
@@ -695,7 +698,7 @@ def run_groups(
     def heartbeat() -> None:  # a line every HEARTBEAT_S on the runs still training
         while not finished.wait(HEARTBEAT_S):
             with lock:
-                live, ended = sorted(running.values(), key=lambda run: run.index), len(outcomes)
+                live, ended = sorted(running.values(), key=lambda pair: pair[1].index), len(outcomes)
             if live:
                 echo(progress_line(ended, total, live))
 

@@ -33,7 +33,8 @@ def test_an_ended_run_is_reported_with_the_values_the_sweep_varies(tmp_path):
 def test_a_training_run_is_reported_at_its_last_logged_step(tmp_path):
     first, second = planned(0, tmp_path), planned(1, tmp_path)
     rundir.append_metrics(first.folder / "run", [{"step": 100, "loss": 2.0}, {"step": 200, "loss": 1.9}])
-    assert progress_line(1, 4, [first, second]) == "[1/4] training: run-0 at step 200, run-1 starting"
+    said = progress_line(1, 4, [(SPEC, first), (SPEC, second)])
+    assert said == "[1/4] training: s run-0 (loss.tau=0.5 seed=0) at step 200, s run-1 (loss.tau=0.5 seed=1) starting"
 
 
 def test_the_pool_says_how_far_its_runs_are_while_they_train(tmp_path, monkeypatch):
@@ -55,5 +56,6 @@ def test_the_pool_says_how_far_its_runs_are_while_they_train(tmp_path, monkeypat
     outcomes = run_groups(lambda: next(groups, None), 2, workers=2, devices=None, echo=lines.append)
     assert len(outcomes) == 2 and time.monotonic() - started < 5
     beats = [line for line in lines if "training:" in line]
-    assert beats and beats[0] == "[0/2] training: run-0 at step 10, run-1 at step 10", lines
+    assert beats and beats[0] == ("[0/2] training: s run-0 (loss.tau=0.5 seed=0) at step 10, "
+                                  "s run-1 (loss.tau=0.5 seed=1) at step 10"), lines
     assert lines[-1].startswith("[2/2] run-")

@@ -28,7 +28,7 @@ CLI = [
     (['train', '--optim.lr=0'], 2, 'icl train: error: optim.lr=0 is invalid: must be > 0'),
     (['config', '--dgp.dim=0'], 2, 'icl config: error: dgp.dim=0 is invalid: must be >= 1'),
     (['evaluate', '/nonexistent_run_dir'], 2, "icl evaluate: error: '/nonexistent_run_dir' is not a run directory (no config.yaml and dgp.pt)"),
-    (['reproduce', 'nosuch'], 2, "icl reproduce: error: experiment 'nosuch' not found (no experiment.yaml); experiments in {experiments}: contrastive_losses, daunhawer2023, ensembles, hard_negatives, hyvarinen2016, hyvarinen2017, hyvarinen2019, rusak2024, vonkugelgen2021, yao2024, zimmermann2021"),
+    (['reproduce', 'nosuch'], 2, "icl reproduce: error: experiment 'nosuch' not found (no experiment.yaml); experiments in {experiments}: atlas, contrastive_losses, daunhawer2023, ensembles, hard_negatives, hyvarinen2016, hyvarinen2017, hyvarinen2019, rusak2024, vonkugelgen2021, yao2024, zimmermann2021"),
     (['reproduce', 'rusak2024', '--scale', 'medium', '--seeds', '0'], 2, 'icl reproduce: error: --seeds 0: must be a whole number from 1 to 10,000'),
     (['reproduce', 'rusak2024', '--runs', 'nope'], 2, 'icl reproduce: error: --runs nope: allowed: run labels of rusak2024, comma-separated: infonce_bimodal, aninfonce_bimodal, infonce_linear, aninfonce_linear'),
     (['results', '/nonexistent_dir_for_results'], 2, "icl results: error: '/nonexistent_dir_for_results' does not exist"),

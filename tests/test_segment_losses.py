@@ -81,6 +81,6 @@ def test_a_plugin_loss_that_reads_segments_without_saying_how_many_is_refused_in
     for segments in (None, "20", True):
         if segments is not None:
             reader.segments = segments
-        with pytest.raises(ValueError, match=r"^loss\.name='infonce' is invalid: it declares uses_aux .* give it a "
-                                             r"segments attribute, an int"):
+        with pytest.raises(ValueError, match=r"^loss 'infonce' declares uses_aux .* must say how many segments it "
+                                             r"tells apart: segments="):
             check_aux(config, process, reader)

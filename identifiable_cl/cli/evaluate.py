@@ -16,8 +16,10 @@ def run(args: argparse.Namespace) -> int:
     from identifiable_cl.training import evaluate_run
 
     run_dir = Path(args.run_dir)
-    summary = evaluate_run(run_dir, parse_overrides(args.overrides))
-    print(results_table(summary))
+    summary = evaluate_run(run_dir, parse_overrides(args.overrides), write=False)
+    print(results_table(summary))  # before writing: a folder that refuses the file still shows the measurement
+    with rundir.owned(run_dir):
+        rundir.write_json(run_dir / rundir.EVALUATION, summary)
     print(f"written to {run_dir / rundir.EVALUATION}")
     return 0
 

@@ -55,6 +55,20 @@ DECLARED: dict[str, str] = {
 """Every attribute the project reads from a loss, with its type and meaning (docs/plugins.md lists the same)."""
 
 
+def declared_predictions(cls: Any) -> tuple[Any, ...]:
+    """The predictions a loss class declares (its ``predictions``, read before any loss is built: the atlas makes
+    its cells from them); a ValueError naming the class unless a tuple of
+    :class:`identifiable_cl.predictions.Prediction`."""
+    from identifiable_cl.predictions import Prediction
+
+    found = getattr(cls, "predictions", None)
+    found = () if found is None else found
+    if not isinstance(found, tuple) or not all(isinstance(p, Prediction) for p in found):
+        raise ValueError(f"loss {getattr(cls, '__name__', cls)!r}: predictions={found!r} is invalid: expected "
+                         f"{DECLARED['predictions']}")
+    return found
+
+
 def traits(loss: nn.Module, name: str | None = None) -> Traits:
     """``loss``'s declared attributes, checked; a ValueError naming the loss (``name``: its registered name) and the
     attribute otherwise."""
@@ -75,10 +89,9 @@ def traits(loss: nn.Module, name: str | None = None) -> Traits:
     lr = found["lr"]
     if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0):
         fail("lr", lr)
-    from identifiable_cl.predictions import Prediction
-
-    found["predictions"] = () if found["predictions"] is None else found["predictions"]
-    if not isinstance(found["predictions"], tuple) or not all(isinstance(p, Prediction) for p in found["predictions"]):
+    try:
+        found["predictions"] = declared_predictions(loss)
+    except ValueError:
         fail("predictions", found["predictions"])
     for method in ("mi_bound", "logs", "param_groups"):
         if found[method] is not None and not callable(found[method]):

@@ -31,8 +31,9 @@ def cell_of(run_label: str) -> tuple[str, str]:
 
 
 def _prediction(cls: Any, family: str) -> Prediction | None:
-    return next((p for p in getattr(cls, "predictions", ()) or () if isinstance(p, Prediction) and p.family == family),
-                None)
+    from identifiable_cl.losses.contract import declared_predictions
+
+    return next((p for p in declared_predictions(cls) if p.family == family), None)
 
 
 def cell_overrides(loss: str, family: str, process: Mapping[str, Any], prediction: Prediction | None) -> dict[str, Any]:

@@ -139,7 +139,7 @@ def test_icl_evaluate_prints_the_random_rotation_reference_beside_block_aware_mc
     summary = {"r2_linear": 0.99, "identity_r2_linear": 0.8, "mcc_block_aware": 0.981,
                "identity_mcc_block_aware": 0.9, "mcc_block_aware_random_rotation": 0.783,
                "identity_mcc_block_aware_random_rotation": 0.781, "mcc_block_aware_in_sample": 0.99}
-    monkeypatch.setattr(identifiable_cl.training, "evaluate_run", lambda run_dir, overrides: dict(summary))
+    monkeypatch.setattr(identifiable_cl.training, "evaluate_run", lambda run_dir, overrides, write=True: dict(summary))
     assert main(["evaluate", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["metric", "encoder", "identity", "g(z)", "random", "rotation"]
@@ -147,6 +147,7 @@ def test_icl_evaluate_prints_the_random_rotation_reference_beside_block_aware_mc
     assert lines[0].index("random rotation") + len("random rotation") == len(lines[2])  # right-aligned under it
     assert lines[1].split() == ["linear", "R²", "0.990", "0.800"]
     assert lines[3].split() == ["block-aware", "MCC,", "in", "sample", "0.990", "0.783"]  # the same chance level
+    assert json.loads((tmp_path / "evaluation.json").read_text()) == summary
     del summary["mcc_block_aware_random_rotation"]
     assert main(["evaluate", str(tmp_path)]) == 0
     assert "random rotation" not in capsys.readouterr().out  # a summary from before the reference existed

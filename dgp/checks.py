@@ -7,7 +7,7 @@ import contextvars
 import math
 import re
 import unicodedata
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 _CHECKING = contextvars.ContextVar("dgp_checking", default=False)
 
@@ -75,6 +75,14 @@ def invisible(text: Any, kinds: tuple[str, ...] = ("Cc", "Cf"), allowed: str = "
         return ""
     found = dict.fromkeys(ch for ch in text if unicodedata.category(ch) in kinds and ch not in allowed)
     return ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, '(a control character)')}" for ch in found)
+
+
+def dotted(config: Mapping[str, Any], key: str) -> Any:
+    """The value of the dotted ``key`` (``dgp.conditional.name``) in a nested config; None where it is not set."""
+    node: Any = config
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
 
 
 def fail(key: str, value: Any, allowed: str) -> None:

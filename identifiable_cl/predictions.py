@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from dgp.checks import dotted
+
 FAMILIES = {
     "sphere_vmf": "latents on a sphere, von Mises-Fisher positives",
     "sphere_anisotropic": "latents on a sphere, anisotropic Gaussian positives (Λ)",
@@ -29,17 +31,10 @@ SCALE = "smoke"
 """The scale whose threshold a single run's verdict uses (the atlas has each scale's)."""
 
 
-def _get(config: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node
-
-
 def family(dgp: Mapping[str, Any]) -> str:
     """The family (:data:`FAMILIES`) of a process, from its resolved ``dgp`` config."""
-    space, marginal, conditional = (_get(dgp, f"{part}.name") for part in ("space", "marginal", "conditional"))
-    if _get(dgp, "views.name") not in (None, "single"):
+    space, marginal, conditional = (dotted(dgp, f"{part}.name") for part in ("space", "marginal", "conditional"))
+    if dotted(dgp, "views.name") not in (None, "single"):
         return "views"
     if marginal in ("segments", "ar1", "content_style"):
         return marginal
@@ -74,7 +69,7 @@ class Prediction:
         """Whether it is the prediction for ``loss`` (its attributes) on the process of config ``dgp``."""
         return (family(dgp) == self.family
                 and all(getattr(loss, key, None) in values for key, values in self.loss.items())
-                and all(_get(dgp, key) in values for key, values in self.process.items()))
+                and all(dotted(dgp, key) in values for key, values in self.process.items()))
 
     def describe(self) -> str:
         """One line: what is predicted, from where, and what counts."""

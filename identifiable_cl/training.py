@@ -26,6 +26,7 @@ from dgp.process import allocation_failure
 from dgp.seeding import stream_seed
 from identifiable_cl import __version__, linear, rundir
 from identifiable_cl.components import assemble, resolve
+from dgp.checks import dotted
 from identifiable_cl.evaluation import linear_readout
 from identifiable_cl.losses.contract import traits
 from identifiable_cl.plots import draw_figures_if_possible
@@ -252,13 +253,7 @@ SIZES = "the sizes that drive memory in this run: "
 
 def memory_sizes(config: Mapping[str, Any], runs: int) -> str:
     """A note for an out-of-memory error: the run's values of :data:`MEMORY_KEYS` it sets (and the pack's size)."""
-    values = []
-    for key in MEMORY_KEYS:
-        node: Any = config
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, Mapping) else None
-        if node is not None:
-            values.append(f"{key}={node}".replace(" ", ""))
+    values = [f"{key}={dotted(config, key)}".replace(" ", "") for key in MEMORY_KEYS if dotted(config, key) is not None]
     return SIZES + ", ".join(values) + (f", {runs} runs in one process (--pack)" if runs > 1 else "")
 
 

@@ -30,6 +30,13 @@ from identifiable_cl.sweeps.spec import SweepSpec
 CLUSTERS = ("slurm", "local", "debug")
 REQUEUES = 20
 """How many times a Slurm job warned of its time limit is requeued before it ends unfinished."""
+WARN_S = 90
+"""How long before its time limit a Slurm job is warned (SIGUSR2), in seconds (submitit's default)."""
+EARLY_S, STARTUP_S = 60, 30
+"""Slurm may send the warning up to ``EARLY_S`` seconds before it is due (its events are checked periodically);
+a job needs about ``STARTUP_S`` seconds to start Python and install the handler that turns the warning into a
+checkpoint and a requeue, and a warning before that ends the job unfinished. A Slurm time limit is therefore
+at least ``warn_s + EARLY_S + STARTUP_S`` seconds."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +97,10 @@ def make_executor(
     timeout_min: int = 24 * 60,
     partition: str | None = None,
     slurm_options: dict[str, Any] | None = None,
+    warn_s: int = WARN_S,
 ):
-    """A submitit executor with the sweep's resources (None leaves a setting at submitit's default)."""
+    """A submitit executor with the sweep's resources (None leaves a setting at submitit's default); on Slurm a
+    job is warned ``warn_s`` seconds before its time limit (see :data:`EARLY_S`)."""
     import submitit
 
     if cluster not in CLUSTERS:
@@ -107,6 +116,10 @@ def make_executor(
             raise ValueError(f"{option} {value!r}: must be a whole number >= {least}")
     if mem_gb is not None and not (isinstance(mem_gb, (int, float)) and math.isfinite(mem_gb) and mem_gb > 0):
         raise ValueError(f"--mem-gb {mem_gb!r}: must be a finite number of GB > 0")
+    if cluster == "slurm" and timeout_min * 60 < (least_s := warn_s + EARLY_S + STARTUP_S):
+        raise ValueError(f"--timeout-min {timeout_min}: Slurm warns a job {warn_s} s before its limit, possibly up to "
+                         f"{EARLY_S} s early, and a job warned while it starts ends unfinished; give at least "
+                         f"{math.ceil(least_s / 60)}")
     executor = submitit.AutoExecutor(folder=folder / "%j", cluster=cluster, slurm_max_num_timeout=REQUEUES)
     parameters: dict[str, Any] = {
         "name": name,
@@ -116,6 +129,7 @@ def make_executor(
         "mem_gb": mem_gb,
         "slurm_array_parallelism": parallelism,
         "slurm_partition": partition,
+        "slurm_signal_delay_s": warn_s if cluster == "slurm" else None,
     }
     if slurm_options:
         parameters["slurm_additional_parameters"] = dict(slurm_options)

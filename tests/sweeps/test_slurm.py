@@ -42,8 +42,8 @@ def submit(tmp_path: Path, monkeypatch, steps: int = STEPS, timeout_min: int = 1
     parameters = {key: {"value": value} for key, value in {**RUN_ARGS, "train.steps": steps, "train.eval_every": steps}.items()}
     sweep.write_text(yaml.safe_dump({"name": "one", "method": "grid", "command": ["icl", "train", "--quiet", "${args}"],
                                      "parameters": {"seed": {"value": 0}, **parameters}}))
-    executor = make_executor(tmp_path / "submitit", "slurm", name="icl-test", timeout_min=timeout_min, cpus_per_task=1)
-    executor.update_parameters(slurm_signal_delay_s=warn_s)
+    executor = make_executor(tmp_path / "submitit", "slurm", name="icl-test", timeout_min=timeout_min, cpus_per_task=1,
+                             warn_s=warn_s)
     with monkeypatch.context() as env:
         env.setenv("PATH", "/usr/bin:/bin")
         env.setenv("WANDB_MODE", "disabled")
@@ -77,6 +77,16 @@ def job_state(job_id: str) -> str:
     if out.returncode != 0:
         return "" if "Invalid job id" in out.stderr else "?"  # the controller forgot it, or is busy
     return out.stdout.strip()
+
+
+def job_story(tmp_path: Path, job_id: str) -> str:
+    """What Slurm and the job's own logs say of a job, for a failure's message."""
+    show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True)
+    logs = sorted((tmp_path / "submitit").glob(f"{job_id}*/*.out")) + sorted((tmp_path / "submitit").glob(f"{job_id}*/*.err"))
+    tails = [f"--- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-25:]) for p in logs]
+    ctld = Path("/tmp/icl-slurm/log/slurmctld.log")
+    lines = [l for l in ctld.read_text(errors="replace").splitlines() if f"JobId={job_id}" in l] if ctld.exists() else []
+    return "\n".join([show.stdout + show.stderr, *tails, "--- slurmctld", *lines[-30:]])
 
 
 def started(run, job_id: str) -> int:
@@ -136,18 +146,19 @@ def release(job_id: str) -> None:
 
 @pytest.mark.slow
 def test_a_run_longer_than_its_time_limit_finishes_over_several_jobs(slurm, tmp_path, monkeypatch):
-    """A real one-minute limit, warned 40 s before (Slurm may warn up to a minute early, so also while the run
-    starts): every attempt checkpoints on the warning and is requeued, and the last one finishes the run."""
-    steps = 40_000
-    run, job_id = submit(tmp_path, monkeypatch, steps=steps, timeout_min=1, warn_s=40)
+    """A real two-minute limit, warned 30 s before (the shortest make_executor allows: Slurm may warn up to a
+    minute early, and a warning before the job's Python has started would end it): every attempt checkpoints on
+    the warning and is requeued, and the last one finishes the run."""
+    steps = 80_000
+    run, job_id = submit(tmp_path, monkeypatch, steps=steps, timeout_min=2, warn_s=30)
     deadline = time.monotonic() + 900
     while (state := job_state(job_id)) != "":
         assert time.monotonic() < deadline, "the run did not finish in 15 minutes"
         if state == "PENDING" and (read_status(run.folder) or {}).get("exit_code") is not None:
             release(job_id)  # requeued after a warning
         time.sleep(1)
-    status = read_status(run.folder)
-    assert (status["state"], status["exit_code"]) == ("finished", 0), status
+    status = read_status(run.folder) or {}
+    assert (status.get("state"), status.get("exit_code")) == ("finished", 0), f"{status}\n{job_story(tmp_path, job_id)}"
     attempts = status["resumed_from_steps"]
     assert len(attempts) >= 1 and attempts == sorted(attempts), status
     assert status["wandb_id"] == run.wandb_id

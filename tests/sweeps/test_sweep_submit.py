@@ -58,6 +58,10 @@ def test_executor_settings_and_bad_cluster(tmp_path):
         make_executor(tmp_path / "s", "local", name="x", parallelism=2)  # submitit's local executor starts every job
     with pytest.raises(ValueError, match="--cluster 'k8s'"):
         make_executor(tmp_path / "s", "k8s", name="x")
+    # Slurm warns up to a minute early: a limit that leaves no time to start before the warning is refused
+    with pytest.raises(ValueError, match=r"^--timeout-min 2: Slurm warns a job 90 s before .* give at least 3$"):
+        make_executor(tmp_path / "s", "slurm", name="x", timeout_min=2)
+    assert make_executor(tmp_path / "s", "slurm", name="x", timeout_min=2, warn_s=30)._executor.parameters["signal_delay_s"] == 30
 
 
 def test_cli_submit_debug(tmp_path, capsys):

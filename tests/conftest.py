@@ -8,6 +8,23 @@ if not torch.cuda.is_available():  # Triton's kernels run in its interpreter (id
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def pytest_configure(config):
+    """The suite tests this package's own components whatever else is installed: a registry loads the entry points
+    of installed plugins only when a test forces it (``load_entry_points(force=True)``, as tests/test_registry.py
+    does; tests/test_plugin_package.py installs its plugin and runs ``icl`` in subprocesses)."""
+    from dgp.registry import Registry
+
+    loading = Registry.load_entry_points
+
+    def forced_only(self, force: bool = False) -> None:
+        if force:
+            loading(self, force=True)
+        else:
+            self._entry_points_loaded = True
+
+    Registry.load_entry_points = forced_only
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch, tmp_path_factory):
     """No test talks to W&B's servers or writes into the source tree's wandb/ folder."""

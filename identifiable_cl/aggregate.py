@@ -199,11 +199,16 @@ def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> list[Group]:
     return list(groups.values())
 
 
+IDENTITY = "identity_"
+"""The prefix of a summary's identity-baseline metrics: the same measure of the observations x = g(z) themselves."""
+
+
 def default_metrics(runs: Sequence[Run]) -> list[str]:
-    """The catalog's headline metrics present in some run's summary, then (runs with views) the block table
-    of each such run (:func:`identifiable_cl.plots.view_metrics`)."""
+    """The catalog's headline metrics present in some run's summary, each followed by its identity baseline where
+    a summary holds it (``identity_<metric>``: how far the observations themselves go, the bar an encoder has to
+    clear), then (runs with views) the block table of each such run (:func:`identifiable_cl.plots.view_metrics`)."""
     present = {k for r in runs if r.summary for k in r.summary}
-    metrics = [m for m in DEFAULT_METRICS if m in present]
+    metrics = [key for m in DEFAULT_METRICS if m in present for key in (m, IDENTITY + m) if key in present]
     for run in runs:
         metrics += [k for k in view_metrics(run.summary or {}) if k not in metrics]
     return metrics

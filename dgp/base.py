@@ -1,4 +1,8 @@
-"""Interfaces of the components a process is made of.
+"""Interfaces of the components a process is made of, and their contracts.
+
+Each kind's base class declares every attribute the project reads of that kind, with its default; the
+:class:`~dgp.contract.Contract` beside it (``SPACE_CONTRACT``, ``MARGINAL_CONTRACT``, ...) says which methods a component must define
+itself and what each attribute may hold, and the kind's registry checks it once a component is built.
 
 Every component is a ``torch.nn.Module`` whose drawn parameters are *buffers*,
 so ``state_dict`` holds them, ``.to(device)`` moves them and a fingerprint can
@@ -18,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from dgp.blocks import SAMPLER, Shortfalls
+from dgp.contract import Contract, is_bool, is_count, is_dims, is_segments, optional_method
 from dgp.information import Information, monte_carlo_information
 
 
@@ -40,6 +45,13 @@ class Space(nn.Module):
 
     def describe(self) -> str:
         raise NotImplementedError
+
+
+SPACE_CONTRACT = Contract("space", Space, {
+    "contains": "contains(z, atol) -> (batch,) booleans", "project": "project(z) -> (batch, n)",
+    "describe": "describe() -> str"}, {
+    "dim": (is_count, "int >= 1: the space's dimension"),
+    "uniform": (callable, "uniform(batch, generator, dtype) -> (batch, n) (the base's: a ValueError, no uniform law)")})
 
 
 class Drawing(nn.Module):
@@ -75,8 +87,28 @@ class Marginal(Drawing):
         draws, the same random numbers)."""
         return self.sample(batch, generator), None
 
+    def blocks(self) -> dict[str, list[int]]:
+        """Named groups of latent dimensions (e.g. content/style); empty if none."""
+        return {}
+
+    tilt_limit: Any = None
+    """None, or ``tilt_limit()``: the bound on β|z_i| below which the exponential tilt exp(β zᵀz⁻) p(z⁻) is
+    normalisable (inf where every tilt is), which tilted negatives check (:mod:`dgp.negatives`)."""
+    sample_tilted: Any = None
+    """None, or ``sample_tilted(z, beta, num, generator) -> (batch, num, n)``: exact draws of that tilt, which
+    tilted negatives use in place of resampling."""
+
     def describe(self) -> str:
         raise NotImplementedError
+
+
+MARGINAL_CONTRACT = Contract("marginal", Marginal, {
+    "sample": "sample(batch, generator) -> (batch, n)", "describe": "describe() -> str"}, {
+    "segments": (is_segments, "None or an int >= 2: the segments its auxiliary variable u takes"),
+    "sample_labelled": (callable, "sample_labelled(batch, generator) -> (z, u or None)"),
+    "blocks": (callable, "blocks() -> {name: [dimensions]}"),
+    "tilt_limit": (optional_method, "None or tilt_limit() -> float"),
+    "sample_tilted": (optional_method, "None or sample_tilted(z, beta, num, generator) -> (batch, num, n)")})
 
 
 class Conditional(Drawing):
@@ -86,6 +118,9 @@ class Conditional(Drawing):
     keeps_segment: bool = False
     """Whether each positive is a draw of its anchor's segment, z+ ~ p(z | u) with the anchor's u
     (:meth:`Marginal.sample_labelled`), so that it carries the anchor's label too."""
+    log_density: Any = None
+    """None, or ``log_density(z_pos, z)``: the normalised log p(z+ | z), broadcasting over leading axes; it gives a
+    Monte-Carlo I(z; z+) (:meth:`mutual_information`) and the critic bounds of the evaluation."""
 
     def sample(self, z: Tensor, generator: torch.Generator) -> Tensor:
         """``(batch, n)`` positives, one per row of ``z``."""
@@ -100,6 +135,11 @@ class Conditional(Drawing):
     def blocks(self) -> dict[str, list[int]]:
         """Named groups of latent dimensions (e.g. content/style); empty if none."""
         return {}
+
+    def changed_blocks(self) -> list[str]:
+        """The names of the blocks a positive changes (with views, evaluation scores them as each view sees them,
+        ``<block>_view<v>``); none by default."""
+        return []
 
     def check_marginal(self, marginal: Marginal) -> None:
         """A ValueError when this conditional cannot follow anchors of ``marginal`` (the process calls it once it
@@ -117,13 +157,24 @@ class Conditional(Drawing):
         that is required, and the sizes ``n`` and ``m``) where the conditional has a normalised log-density
         ``log_density(z_pos, z)``, and is "not available" otherwise.
         """
-        log_density = getattr(self, "log_density", None)
-        if log_density is None:
+        if self.log_density is None:
             return Information.unavailable(f"{type(self).__name__} has no normalised log-density p(z+|z)")
-        return monte_carlo_information(marginal.sample, self.sample, log_density, **options)
+        return monte_carlo_information(marginal.sample, self.sample, self.log_density, **options)
 
     def describe(self) -> str:
         raise NotImplementedError
+
+
+CONDITIONAL_CONTRACT = Contract("conditional", Conditional, {
+    "sample": "sample(z, generator) -> (batch, n)", "describe": "describe() -> str"}, {
+    "keeps_segment": (is_bool, "bool: each positive is a draw of its anchor's segment"),
+    "log_density": (optional_method, "None or log_density(z_pos, z) -> log p(z+ | z)"),
+    "sample_labelled": (callable, "sample_labelled(z, u, marginal, generator) -> (batch, n)"),
+    "blocks": (callable, "blocks() -> {name: [dimensions]}"),
+    "changed_blocks": (callable, "changed_blocks() -> [block names]"),
+    "check_marginal": (callable, "check_marginal(marginal) -> None, or a ValueError"),
+    "lambda_true": (callable, "lambda_true() -> (n,) tensor or None"),
+    "mutual_information": (callable, "mutual_information(marginal, **options) -> dgp.information.Information")})
 
 
 class Negatives(Drawing):
@@ -146,6 +197,12 @@ class Negatives(Drawing):
         raise NotImplementedError
 
 
+NEGATIVES_CONTRACT = Contract("negatives", Negatives, {
+    "sample": "sample(z, marginal, generator) -> None, (m, n) or (batch, k, n)", "describe": "describe() -> str"}, {
+    "from_marginal": (callable, "from_marginal() -> bool"),
+    "check_marginal": (callable, "check_marginal(marginal) -> None, or a ValueError")})
+
+
 class Mixing(nn.Module):
     """An invertible map g: R^n -> R^n. Constructed as ``cls(dim, rng, *, **options)``."""
 
@@ -161,3 +218,37 @@ class Mixing(nn.Module):
 
     def describe(self) -> str:
         raise NotImplementedError
+
+
+MIXING_CONTRACT = Contract("mixing", Mixing, {
+    "forward": "forward(z) -> x", "inverse": "inverse(x) -> z", "describe": "describe() -> str"}, {
+    "condition_numbers": (callable, "condition_numbers() -> [float]")})
+
+
+class Views(nn.Module):
+    """Which latent dimensions each observation of a process sees (:mod:`dgp.views`). Constructed as
+    ``cls(blocks, dim, *, **options)`` from the process's named latent blocks (name -> dimensions) and n.
+
+    ``dims``: per view, the latent dimensions it sees, in the order its mixing takes them (set by the constructor);
+    ``shared_mixing``: one mixing for every view; ``contrasted``, ``selection``, ``objective``: None, or the
+    subsets of views the loss contrasts, how their coordinates are selected and how they are contrasted
+    (Yao et al. 2024, :class:`dgp.views.Subsets`)."""
+
+    dims: list[list[int]]
+    shared_mixing: bool = False
+    contrasted: Any = None
+    selection: str | None = None
+    objective: str | None = None
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+def _is_subsets(value: Any) -> bool:
+    return value is None or (isinstance(value, list) and all(isinstance(s, tuple) and len(s) == 2 for s in value))
+
+
+VIEWS_CONTRACT = Contract("views", Views, {"describe": "describe() -> str"}, {
+    "dims": (is_dims, "a list of views, each a non-empty list of the latent dimensions it sees"),
+    "shared_mixing": (is_bool, "bool: one mixing for every view"),
+    "contrasted": (_is_subsets, "None or a list of (views, shared dimensions) pairs")})

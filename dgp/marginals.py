@@ -25,13 +25,13 @@ import torch
 from torch import Tensor
 
 from dgp import checks, truncation
-from dgp.base import Marginal
+from dgp.base import MARGINAL_CONTRACT, Marginal
 from dgp.conditionals.vmf import sample_vmf
 from dgp.defaults import BUILTIN_MODULES
 from dgp.registry import Registry
 from dgp.spaces import Box, Euclidean, Sphere
 
-MARGINALS = Registry("marginals", "dgp.marginal", builtins=BUILTIN_MODULES)
+MARGINALS = Registry("marginals", "dgp.marginal", builtins=BUILTIN_MODULES, contract=MARGINAL_CONTRACT)
 """Latent marginals p(z) by name."""
 
 

@@ -27,11 +27,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from dgp import checks
-from dgp.base import Mixing
+from dgp.base import MIXING_CONTRACT, Mixing
 from dgp.defaults import BUILTIN_MODULES
 from dgp.registry import Registry
 
-MIXINGS = Registry("mixings", "dgp.mixing", builtins=BUILTIN_MODULES)
+MIXINGS = Registry("mixings", "dgp.mixing", builtins=BUILTIN_MODULES, contract=MIXING_CONTRACT)
 MOST_LAYERS = 100
 MOST_COND_DRAWS = 100_000
 """The most layers an MLP mixing has, and the most matrices its condition-number threshold is taken from."""

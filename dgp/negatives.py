@@ -28,11 +28,11 @@ import torch
 from torch import Tensor
 
 from dgp import checks
-from dgp.base import Marginal, Negatives
+from dgp.base import NEGATIVES_CONTRACT, Marginal, Negatives
 from dgp.defaults import BUILTIN_MODULES
 from dgp.registry import Registry
 
-NEGATIVES = Registry("negatives", "dgp.negatives", builtins=BUILTIN_MODULES)
+NEGATIVES = Registry("negatives", "dgp.negatives", builtins=BUILTIN_MODULES, contract=NEGATIVES_CONTRACT)
 MOST_NEGATIVES = 1_000_000
 MOST_WHY = "every step draws, mixes and encodes them (per anchor: that many times the batch)"
 """The most negatives a process draws for a step (shared, or per anchor), and why."""
@@ -224,9 +224,8 @@ class TiltedNegatives(Negatives):
         if self.beta == 0.0:
             return _per_anchor(z, self.num, marginal, generator)
         self._check_anchors(z, marginal)
-        exact = getattr(marginal, "sample_tilted", None)
-        if self.method == "auto" and exact is not None:
-            return exact(z, self.beta, self.num, generator).to(z.dtype)
+        if self.method == "auto" and marginal.sample_tilted is not None:
+            return marginal.sample_tilted(z, self.beta, self.num, generator).to(z.dtype)
         return self._resample(z, marginal, generator)
 
     def _resample(self, z: Tensor, marginal: Marginal, generator: torch.Generator) -> Tensor:
@@ -342,8 +341,7 @@ def _per_anchor(z: Tensor, k: int, marginal: Marginal, generator: torch.Generato
 
 def _tilt_limit(marginal: Marginal) -> float:
     """The marginal's ``tilt_limit()`` (see :mod:`dgp.marginals`); inf for a marginal without one."""
-    limit = getattr(marginal, "tilt_limit", None)
-    return math.inf if limit is None else float(limit())
+    return math.inf if marginal.tilt_limit is None else float(marginal.tilt_limit())
 
 
 def _round_down(x: float, digits: int = 4) -> str:

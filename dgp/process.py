@@ -204,8 +204,8 @@ class Process(nn.Module):
 
     def _check_blocks(self) -> None:
         """Marginal and conditional must agree on the dimensions of every block both define."""
-        ours = getattr(self.marginal, "blocks", dict)()
-        for name, dims in getattr(self.conditional, "blocks", dict)().items():
+        ours = self.marginal.blocks()
+        for name, dims in self.conditional.blocks().items():
             if name in ours and ours[name] != dims:
                 checks.fail(
                     "dgp.conditional.content_dim" if name == "content" else f"dgp.conditional ({name} block)",
@@ -324,7 +324,7 @@ class Process(nn.Module):
     @property
     def blocks(self) -> dict[str, list[int]]:
         """Named groups of latent dimensions (content/style, Λ groups); empty if the DGP has none."""
-        return {**getattr(self.marginal, "blocks", dict)(), **getattr(self.conditional, "blocks", dict)()}
+        return {**self.marginal.blocks(), **self.conditional.blocks()}
 
     @property
     def lambda_true(self) -> Tensor | None:
@@ -401,9 +401,33 @@ def build_process(config: Mapping[str, Any] | None = None, seed: int = 0) -> Pro
 def check_process(config: Mapping[str, Any] | None = None, seed: int = 0) -> Process:
     """Build every component of ``config`` to check it, quickly: the expensive draws (the mixing's
     condition-number search) are skipped and hold placeholders (:func:`dgp.checks.checking`),
-    so the result is for checks only, never for an experiment."""
+    so the result is for checks only, never for an experiment. Its marginal's draws and its conditional's
+    positives are checked to lie in the space (:func:`check_draws`)."""
     with checks.checking():
-        return Process(config, seed)
+        process = Process(config, seed)
+        check_draws(process)
+    return process
+
+
+DRAWS_CHECKED = 256
+"""How many anchors, and their positives, :func:`check_draws` draws."""
+
+
+def check_draws(process: Process, n: int = DRAWS_CHECKED) -> None:
+    """A ValueError naming the component when any of ``n`` anchors of the marginal, or of their positives from
+    the conditional, lies outside the space (``space.contains``: a non-finite row is outside every space). The
+    draws come from a generator of their own (seed 0), so no stream of a run is touched."""
+    generator = process.make_generator(0)
+    z, u = process.marginal.sample_labelled(n, generator)
+    z_pos = process.conditional.sample_labelled(z, u, process.marginal, generator)
+    for key, drawn, what in (("dgp.marginal.name", z, "draws"), ("dgp.conditional.name", z_pos, "positives")):
+        outside = ~process.space.contains(drawn)
+        if bool(outside.any()):
+            row = drawn[outside.nonzero()[0, 0]].tolist()
+            shown = ", ".join(f"{v:.4g}" for v in row[:4]) + (", ..." if len(row) > 4 else "")
+            checks.fail(key, process.config[key.split(".")[1]]["name"], f"{int(outside.sum())} of {n} of its {what} "
+                        f"lie outside the space, {process.space.describe()} (one is [{shown}]): a "
+                        f"{key.split('.')[1]} must draw points of the space it is given")
 
 
 SAVED_KEYS = ("config", "seed", "fingerprint", "state")

@@ -46,11 +46,13 @@ class Registry:
     in, the first time the registry is queried. Unknown names raise a
     ``ValueError`` that lists the available ones. ``section`` is the config key of
     the components (``loss``, ``dgp.conditional``): a component names its own options
-    bare in an :class:`~dgp.checks.OptionError` and the registry keys them in full.
+    bare in an :class:`~dgp.checks.OptionError` and the registry keys them in full. ``contract``: the kind's
+    :class:`~dgp.contract.Contract`, checked on every component :meth:`build` makes (None: none).
     """
 
-    def __init__(self, kind: str, section: str | None = None, builtins: Sequence[str] = ()):
+    def __init__(self, kind: str, section: str | None = None, builtins: Sequence[str] = (), contract: Any = None):
         self.kind = kind
+        self.contract = contract
         self.section = section or kind
         self.group = ENTRY_POINT_PREFIX + kind
         self._entries: dict[str, Entry] = {}
@@ -186,7 +188,8 @@ class Registry:
             raise OptionError(tuple(f"{key}.{o}" for o in missing), f": required by {self.kind} {spec['name']!r} "
                               "and not given" + "".join(f"; {o}: {docs[o]}" for o in missing if o in docs))
         with section(key):
-            return obj(*args, **kwargs, **options)
+            built = obj(*args, **kwargs, **options)
+        return built if self.contract is None else self.contract.check(built, spec["name"])
 
 
 def option_parameters(obj: Any) -> tuple[dict[str, inspect.Parameter], bool]:

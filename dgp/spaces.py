@@ -6,11 +6,11 @@ import torch
 from torch import Tensor
 
 from dgp import checks
-from dgp.base import Space
+from dgp.base import SPACE_CONTRACT, Space
 from dgp.defaults import BUILTIN_MODULES
 from dgp.registry import Registry
 
-SPACES = Registry("spaces", "dgp.space", builtins=BUILTIN_MODULES)
+SPACES = Registry("spaces", "dgp.space", builtins=BUILTIN_MODULES, contract=SPACE_CONTRACT)
 """Latent spaces by name."""
 
 

@@ -28,13 +28,13 @@ from __future__ import annotations
 import itertools
 from typing import Any, Mapping, Sequence
 
-from torch import nn
 
 from dgp import checks
+from dgp.base import VIEWS_CONTRACT, Views
 from dgp.defaults import BUILTIN_MODULES
 from dgp.registry import Registry
 
-VIEWS = Registry("views", "dgp.views", builtins=BUILTIN_MODULES)
+VIEWS = Registry("views", "dgp.views", builtins=BUILTIN_MODULES, contract=VIEWS_CONTRACT)
 """Views components by name."""
 
 SELECTIONS = ("ground_truth", "gumbel", "concat")
@@ -49,7 +49,7 @@ MAX_SUBSETS = 1024
 """The most subsets of views a step may contrast (``contrast``)."""
 
 @VIEWS.register("single")
-class SingleView(nn.Module):
+class SingleView(Views):
     """One view of every latent dimension: x = g(z), x+ = g(z+) (every process without views)."""
 
     shared_mixing = False
@@ -63,7 +63,7 @@ class SingleView(nn.Module):
 
 
 @VIEWS.register("subsets")
-class Subsets(nn.Module):
+class Subsets(Views):
     """V >= 2 views, view v seeing the latent blocks ``latents[v]`` (names of the process's blocks, in the
     order they enter its mixing), through a mixing of its own or, with ``shared_mixing``, one for all.
 

@@ -11,24 +11,22 @@ reproduce`` run it on every planned run first.
 :func:`assemble` makes the run's :class:`~identifiable_cl.solvers.Solver` from its spec (:func:`build`: the
 process's parameters drawn from the run's seed, or the saved process; the encoder, loss and optimizer; a saved
 run's checkpoint loaded). :func:`load_config` (a new run's spec) and :func:`load_run` (a saved run's solver) are the API's
-shorthands.
+shorthands. The rules between components live in :mod:`identifiable_cl.rules`, the device and threads in
+:mod:`identifiable_cl.devices`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import math
-import os
-import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
 
 import dgp
 from dgp.checks import boolean, canonical, fail
-from dgp.registry import option_parameters, user_options
 from dgp.seeding import stream_seed
 from identifiable_cl import linear, rundir
 from identifiable_cl.config import (
@@ -39,62 +37,16 @@ from identifiable_cl.config import (
     resolve_config_path,
     validate,
 )
+from identifiable_cl.devices import resolve_device, use_threads
 from identifiable_cl.encoders import ENCODERS, ViewEncoders
 from identifiable_cl.losses import LOSSES
 from identifiable_cl.losses.contract import traits
 from identifiable_cl.solvers import Solver, solver_class
-from identifiable_cl.solvers.base import loss_arguments, observations, split_encodings
-from identifiable_cl.solvers.subsets import check_subsets
-from identifiable_cl.solvers.views import pair_loss, view_encodings
 from identifiable_cl.spec import CHANGEABLE, MODES, RunSpec, checked_spec, refuse_going_back, refuse_overrides
 from identifiable_cl.migration import migrate, schema_version
+from identifiable_cl.rules import check_aux, check_eval_sizes, check_fit, check_views, with_cross_defaults
 from identifiable_cl.yamlfiles import read_yaml_mapping
 
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` → CUDA when present, else CPU; ``cuda`` without a GPU is an error naming the key."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        fail("device", name, "CUDA is not available on this machine; use auto or cpu")
-    return device
-
-
-CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
-"""The cgroup (v2) CPU quota of this process's group: ``QUOTA PERIOD`` or ``max PERIOD``."""
-
-
-def available_cpus(environ: Mapping[str, str] | None = None) -> int:
-    """The CPUs this process may use: its CPU affinity, capped by the cgroup's CPU quota and by Slurm's
-    ``SLURM_CPUS_PER_TASK`` (a cluster that does not pin a job's processes still gives it that many)."""
-    environ = os.environ if environ is None else environ
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        quota, period = CGROUP_CPU_MAX.read_text().split()
-        if quota != "max":
-            n = min(n, math.ceil(int(quota) / int(period)))
-    except (OSError, ValueError):
-        pass
-    slurm = environ.get("SLURM_CPUS_PER_TASK", "")
-    return max(1, min(n, int(slurm)) if slurm.isdigit() else n)
-
-
-def use_threads(threads: int | None = None) -> None:
-    """torch's intra-op threads: ``threads`` when given (a run's ``train.threads``), capped at
-    :func:`available_cpus` with a line on stderr saying so (more threads than CPUs only slow everyone on the
-    machine down), else ``OMP_NUM_THREADS`` when set, else :func:`available_cpus` (torch's own default counts
-    every core of the machine, given or not)."""
-    if threads is not None:
-        cpus = available_cpus()
-        if threads > cpus:
-            print(f"train.threads={threads} is more than the {cpus} CPU{'s' if cpus > 1 else ''} this process may use "
-                  f"(its affinity, cgroup quota, SLURM_CPUS_PER_TASK); using {cpus}", file=sys.stderr)
-            threads = cpus
-        torch.set_num_threads(threads)
-    elif not os.environ.get("OMP_NUM_THREADS"):
-        torch.set_num_threads(available_cpus())
 
 
 def models(config: Mapping[str, Any], process: dgp.Process) -> tuple[nn.Module, nn.Module]:
@@ -127,131 +79,8 @@ def models(config: Mapping[str, Any], process: dgp.Process) -> tuple[nn.Module, 
             encoder = encoders("sphere")
     return encoder, loss
 
-
 AUTO = "auto"
 """``encoder.normalize: auto``: the normalisation the loss needs (see :func:`models`)."""
-
-
-def with_cross_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``config`` with the defaults that depend on another component filled in, so that any loss
-    swapped in with ``--loss.name=NAME`` trains on the process it meets: where the process draws separate
-    negatives (``dgp.negatives.name`` not none) and no part of the loss uses them yet, the loss, or each
-    ensemble member, that takes a ``negatives`` option and sets none uses them (``negatives: independent``); a
-    loss that takes a ``segments`` option and sets none tells apart the marginal's ``dgp.marginal.segments``
-    where it sets one. A config that was valid without this stays as it was. ``encoder.normalize: auto`` is
-    resolved by :func:`check`, which builds the loss."""
-    config = copy.deepcopy(dict(config))
-    if config["dgp"]["negatives"]["name"] != "none" and not _uses_separate_negatives(config["loss"]):
-        config["loss"] = _independent_negatives(config["loss"])
-    marginal = config["dgp"]["marginal"]
-    segments = marginal.get("segments") if isinstance(marginal, Mapping) else None
-    if segments is not None and _takes(config["loss"], "segments") and "segments" not in config["loss"]:
-        config["loss"] = {**config["loss"], "segments": segments}
-    return config
-
-
-def _takes(spec: Any, option: str) -> bool:
-    """Whether the loss ``spec`` names is registered and takes ``option``."""
-    return (isinstance(spec, Mapping) and isinstance(spec.get("name"), str) and spec["name"] in LOSSES
-            and option in option_parameters(LOSSES.get(spec["name"], "loss.name"))[0])
-
-
-def _uses_separate_negatives(spec: Any) -> bool:
-    members = spec.get("members") if isinstance(spec, Mapping) else None
-    return isinstance(spec, Mapping) and (spec.get("negatives") == "independent" or (
-        isinstance(members, list) and any(_uses_separate_negatives(m) for m in members)))
-
-
-def _independent_negatives(spec: Any) -> Any:
-    if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str) or spec["name"] not in LOSSES:
-        return spec  # an unknown or malformed spec: its own check names it
-    spec = dict(spec)
-    if isinstance(spec.get("members"), list):
-        spec["members"] = [_independent_negatives(member) for member in spec["members"]]
-    elif spec["name"] == "ensemble" and "members" not in spec:
-        from identifiable_cl.losses.ensemble import DEFAULT_MEMBERS
-
-        spec["members"] = [_independent_negatives(dict(member)) for member in DEFAULT_MEMBERS]
-    if "negatives" not in spec and "negatives" in option_parameters(LOSSES.get(spec["name"], "loss.name"))[0]:
-        spec["negatives"] = "independent"
-    return spec
-
-
-def check_fit(config: Mapping[str, Any], encoder: nn.Module, loss: nn.Module) -> None:
-    """The rules between components: unit-norm outputs for a cosine critic, and the DGP's
-    separate negatives exactly when the loss uses them."""
-    name, declared = config["loss"]["name"], traits(loss, config["loss"]["name"])
-    if declared.needs_unit_norm and not getattr(encoder, "unit_norm", False):
-        fail("encoder.normalize", config["encoder"].get("normalize"), f"loss {name!r} compares unit vectors "
-             "(cosine similarity, or unit_norm) and needs unit-norm outputs: use 'sphere'")
-    uses_negatives = declared.requires_negatives
-    negatives = config["dgp"]["negatives"]["name"]
-    if not uses_negatives and negatives != "none":
-        takes = "negatives" in user_options(LOSSES.get(name))
-        fail("dgp.negatives.name", negatives, f"loss {name!r} does not use the DGP's separate negatives (set "
-             + ("its negatives option to 'independent', or " if takes else "") + "dgp.negatives.name to 'none')")
-    if uses_negatives and negatives == "none":
-        fail("dgp.negatives.name", "none", f"loss {name!r} uses the DGP's separate negatives: set dgp.negatives.name "
-             f"to one of {', '.join(n for n in dgp.NEGATIVES.names() if n != 'none')}")
-
-
-def check_views(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module) -> None:
-    """The rules of a process with views and of MoCo's queue: MoCo's queue holds keys of one view's momentum
-    encoder and is refused with views; neither step is recorded as a CUDA graph (``train.capture``)."""
-    queue = traits(loss).queue
-    if process.view_count > 1 and queue:
-        fail("loss.negatives", "queue", f"a process with {process.view_count} views (dgp.views) pairs every view with "
-             "every other, and MoCo's queue keeps the keys of one: use negatives batch or independent")
-    if config["train"]["capture"] == "graph" and (process.view_count > 1 or queue):
-        why = "MoCo's queue keeps its counters on the host" if process.view_count == 1 else "views take a pass each"
-        fail("train.capture", "graph", f"{why}, and its step is not recorded as a CUDA graph: use eager")
-
-
-def check_aux(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module) -> None:
-    """A loss that reads each anchor's auxiliary variable u (its ``uses_aux``) needs a process whose marginal draws
-    one, with as many segments as the loss tells apart, whose conditional keeps it (the loss reads the positive as
-    an observation of the anchor's segment: ``keeps_segment``), and a single view (views pair observations of one
-    latent, whose segment no view's pairing carries)."""
-    declared = traits(loss, config["loss"]["name"])
-    if not declared.uses_aux:
-        return
-    name, marginal, segments = config["loss"]["name"], process.marginal, declared.segments
-    if marginal.segments is None:
-        fail("loss.name", name, f"it reads each anchor's segment u, and dgp.marginal.name="
-             f"{config['dgp']['marginal']['name']!r} draws none: use a marginal that does (segments)")
-    if segments != marginal.segments:
-        fail("loss.segments", segments, f"the process draws {marginal.segments} segments "
-             "(dgp.marginal.segments): give both the same")
-    if not getattr(process.conditional, "keeps_segment", False):
-        fail("dgp.conditional.name", config["dgp"]["conditional"]["name"], f"loss {name!r} reads each positive as an "
-             "observation of its anchor's segment, and this conditional does not keep the segment: use same_segment")
-    if process.view_count > 1:
-        fail("loss.name", name, f"it reads each anchor's segment u, and a process with {process.view_count} views "
-             "(dgp.views) pairs views instead: use one view")
-
-
-def check_eval_sizes(config: Mapping[str, Any], process: dgp.Process, encoder: nn.Module) -> None:
-    """The evaluation's sample sizes against what its fits need, each named by its key: a regression on h (the
-    encoder's d columns, or the observations' D for the identity baseline) needs at least d + 2 fit rows, and
-    correlations of the scored latent columns (with views: each view's changed blocks too, and the
-    permuted-content control at the final evaluation) with h one row more than either has columns."""
-    from identifiable_cl.evaluation.views import ViewSample
-
-    features = max([encoder.output_dim, *process.observed_dims])
-    columns = {final: process.dim if process.view_count == 1 else ViewSample(
-        process, 0, permuted=final and "content" in process.blocks).dim for final in (False, True)}
-    e = config["eval"]
-    for final, prefix in ((False, ""), (True, "final_")):
-        least = {"n_fit": features + 2, "n_test": max(columns[final], features) + 1}
-        for name, minimum in least.items():
-            if e[prefix + name] < minimum:
-                what = (f"the regressions on {features} columns need more rows than columns plus an intercept"
-                        if name == "n_fit" else f"correlating {columns[final]} scored latent columns with "
-                        f"{features} columns of h needs more rows than either has")
-                fail(f"eval.{prefix}{name}", e[prefix + name], f"must be >= {minimum}: {what}")
-    if e["in_sample_n"] is not None and e["in_sample_n"] < max(features + 2, max(columns[True], features) + 1):
-        fail("eval.in_sample_n", e["in_sample_n"], f"must be >= {max(features + 2, max(columns[True], features) + 1)}: "
-             "the in-sample scores fit and correlate on the same rows")
 
 
 def check(config: Mapping[str, Any]) -> RunSpec:
@@ -260,8 +89,9 @@ def check(config: Mapping[str, Any]) -> RunSpec:
     :class:`~identifiable_cl.spec.RunSpec`.
 
     Builds a checking process (:func:`dgp.check_process`), the encoder and the loss on the
-    CPU, applies :func:`check_fit` (and the rules of views: :func:`check_views`, and for contrasted subsets of
-    views :func:`identifiable_cl.solvers.subsets.check_subsets`), then evaluates the run's loss once on
+    CPU, applies :func:`check_fit` and the rules of views (:func:`check_views`), makes the run's own step
+    (:func:`identifiable_cl.solvers.solver_class`, the choice :func:`build` makes; for contrasted subsets of views
+    its :func:`identifiable_cl.solvers.subsets.check_subsets`) and evaluates its objective once on
     ``min(batch_size, 3)`` anchors (a batch of one fails for losses that draw negatives from the batch).
     A part of a config (some sections, or dotted keys) is read over the defaults first, as :func:`resolve` reads it.
     """
@@ -272,25 +102,18 @@ def check(config: Mapping[str, Any]) -> RunSpec:
     process = dgp.check_process(config["dgp"], seed=config["seed"])
     encoder, loss = models(config, process)
     if config["encoder"].get("normalize") == AUTO:
-        config["encoder"]["normalize"] = "sphere" if getattr(encoder, "unit_norm", False) else "none"
+        config["encoder"]["normalize"] = "sphere" if encoder.unit_norm else "none"
     encoder, loss = encoder.to(process.dtype), loss.to(process.dtype)
     check_fit(config, encoder, loss)
     check_views(config, process, loss)
     check_aux(config, process, loss)
     check_eval_sizes(config, process, encoder)
-    contrasted = getattr(process.views, "contrasted", None) is not None
-    subsets = check_subsets(config, process, encoder, loss) if contrasted else None
     batch_size = config["train"]["batch_size"]
-    batch = process.sample(min(batch_size, 3), process.make_generator(0))
     try:
-        with torch.no_grad():
-            if subsets is not None:
-                hs, negs = view_encodings(encoder, batch)
-                subsets.objective(loss, hs, negs, process.make_generator(0))
-            elif batch.views is not None:
-                pair_loss(loss, *view_encodings(encoder, batch))
-            else:
-                loss(*split_encodings(encoder(observations(batch, process.dim)), batch), **loss_arguments(loss, batch))
+        with memory_named(config), torch.no_grad():
+            step = solver_class(config, process, loss)(config, torch.device("cpu"), process, encoder, loss, None,
+                                                       process.make_generator(0))
+            step.objective(process.sample(min(batch_size, 3), process.make_generator(0)))
     except ValueError as exc:
         if batch_size == 1:
             fail("train.batch_size", 1, f"the loss needs at least 2 anchors per batch ({exc})")
@@ -422,8 +245,15 @@ def build(config: Mapping[str, Any], process: dgp.Process | None = None) -> Solv
     (:func:`identifiable_cl.solvers.solver_class`) over them."""
     if not (isinstance(config, RunSpec) and config.unchanged()):
         config = check(config)
-    try:
+    with memory_named(config):
         return _assemble(config, process)
+
+
+@contextlib.contextmanager
+def memory_named(config: Mapping[str, Any]) -> Iterator[None]:
+    """Running out of memory while the run is built (or checked) as a ValueError naming its largest sizes."""
+    try:
+        yield
     except (MemoryError, RuntimeError) as exc:
         first = dgp.process.allocation_failure(exc)
         if first is None:

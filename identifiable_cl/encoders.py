@@ -2,10 +2,9 @@
 codes of Zimmermann et al. 2021 (brendel-group/cl-ica), von Kügelgen et al. 2021
 (ysharma1126/ssl_identifiability) and Rusak et al. 2024 (brendel-group/AnInfoNCE).
 
-An encoder is registered in :data:`ENCODERS` and
+An encoder derives from :class:`Encoder`, is registered in :data:`ENCODERS` and is
 constructed as ``cls(*, input_dim, latent_dim, **options)``: the caller supplies
 the observation dimension and the true latent dimension, the config the options.
-Its ``output_dim`` attribute is the dimension of h.
 """
 
 from __future__ import annotations
@@ -15,10 +14,28 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from dgp import checks
+from dgp.contract import Contract, is_bool, is_count
 from dgp.registry import Registry
 from identifiable_cl.linear import Linear
 
-ENCODERS = Registry("encoders", "encoder")
+
+class Encoder(nn.Module):
+    """f: x -> h, ``(N, input_dim) -> (N, output_dim)``: what the project reads of an encoder."""
+
+    output_dim: int
+    """The dimension d of h (set by the constructor)."""
+    unit_norm: bool = False
+    """Whether every output is a unit vector by construction (a cosine critic then needs no normalisation)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+ENCODER_CONTRACT = Contract("encoder", Encoder, {"forward": "forward(x) -> (N, output_dim)"}, {
+    "output_dim": (is_count, "int >= 1: the dimension of h"),
+    "unit_norm": (is_bool, "bool: every output is a unit vector by construction")})
+
+ENCODERS = Registry("encoders", "encoder", contract=ENCODER_CONTRACT)
 """Encoders by name."""
 
 ACTIVATIONS = {
@@ -63,7 +80,7 @@ class OutputNormalization(nn.Module):
 
 
 @ENCODERS.register("mlp")
-class MLPEncoder(nn.Module):
+class MLPEncoder(Encoder):
     """A fully connected encoder ``(B, input_dim) -> (B, output_dim)``.
 
     Hidden widths default to the reference ``[10n, 50n, 50n, 50n, 50n, 10n]``
@@ -118,7 +135,7 @@ class MLPEncoder(nn.Module):
         return self.normalization.unit_norm
 
 
-class ViewEncoders(nn.Module):
+class ViewEncoders(Encoder):
     """One encoder per view of a multi-view process (``encoder.shared: false``): ``encoders[v]`` maps view v's
     observations ``(B, D_v)`` to ``(B, d)``. Called as a module it is view 1's encoder, so every consumer of a
     single encoder (evaluation, figures) reads the first view's encoding, as the multimodal study does."""
@@ -133,7 +150,7 @@ class ViewEncoders(nn.Module):
 
     @property
     def unit_norm(self) -> bool:
-        return all(getattr(e, "unit_norm", False) for e in self.encoders)
+        return all(e.unit_norm for e in self.encoders)
 
 
 def view_encoder(encoder: nn.Module, view: int) -> nn.Module:

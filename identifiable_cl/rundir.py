@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import errno
+import itertools
 import fcntl
 import io
 import json
@@ -34,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -537,3 +538,34 @@ class RunFolder:
         if self.held is not None:
             unlock(self.held)
             self.held = None
+
+
+@contextlib.contextmanager
+def new_run_dirs(out: Path, configs: Sequence[Mapping[str, Any]]) -> Iterator[list[Path]]:
+    """A new folder under ``out`` for each config, named for the run (time, loss, conditional, seed) and created
+    here, so that runs started in the same second, in this process or another, never share one (a later one
+    gets the suffix -1, -2 ...). Folders still empty when the block fails are removed again, with ``out`` if it
+    was made for them."""
+    made_out = not out.exists()
+    if not made_out and not out.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(out))
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    paths = []
+    try:
+        for config in configs:
+            name = f"{stamp}-{config['loss']['name']}-{config['dgp']['conditional']['name']}-s{config['seed']}"
+            for i in itertools.count():
+                path = out / (name if i == 0 else f"{name}-{i}")
+                try:
+                    path.mkdir()
+                except FileExistsError:
+                    continue
+                paths.append(path)
+                break
+        yield paths
+    except BaseException:
+        for path in [*paths, *([out] if made_out else [])]:
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only an empty folder: what a run wrote stays
+        raise

@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from identifiable_cl.cli import main
-from identifiable_cl.components import load_config, with_cross_defaults
+from identifiable_cl.components import load_config
+from identifiable_cl.rules import with_cross_defaults
 from identifiable_cl.config import preset_names
 from identifiable_cl.losses import LOSSES
 from tests.tiny import TINY, tiny_args

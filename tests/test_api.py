@@ -1,7 +1,7 @@
 """The Python API from the package top level, and the example of docs/python-api.md run as written."""
 
 import re
-import tempfile
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,11 +19,11 @@ def readme_example() -> str:
 
 def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     namespace: dict = {}
     exec(compile(readme_example(), "docs/python-api.md", "exec"), namespace)
     result = namespace["result"]
-    assert result.run_dir.parent == tmp_path and (result.run_dir / "summary.json").is_file()
+    assert result.run_dir.parent == tmp_path / "runs" and (result.run_dir / "summary.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["process.pt", "runs"]  # the run under runs/
     assert result.summary["steps"] == 300 and namespace["run"].steps_done == 300
     assert namespace["batch"].z.shape == (1024, 10) and (tmp_path / "process.pt").is_file()
     assert str(result.run_dir) in capsys.readouterr().out
@@ -59,9 +59,37 @@ def test_train_takes_parts_of_a_config_and_checks_them(tmp_path):
         icl.results(tmp_path, metrics=["r2_linaer"])
     with pytest.raises(ValueError, match="is not a run directory"):
         icl.history(tmp_path)
+    pandas = pytest.importorskip("pandas")
+    frame = icl.history(result.run_dir, as_frame=True)
+    assert isinstance(frame, pandas.DataFrame) and frame.to_dict("records") == history
+    (flat,) = icl.results(tmp_path, metrics=["r2_linear"], as_frame=True).to_dict("records")
+    assert (flat["r2_linear"], flat["r2_linear_n"], flat["n"], flat["failed"]) == (
+        row["metrics"]["r2_linear"]["mean"], 1, 1, 0)
     with pytest.raises(ValueError, match="loss.tau=-1 is invalid"):
         icl.train(None, {**small, "loss.tau": -1}, run_dir=tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_frame_without_pandas_says_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # an import of it then fails
+    with pytest.raises(ValueError, match=r"^as_frame=True needs pandas, which is not installed: pip install "):
+        icl.api._frame([{"step": 1}])
+
+
+def test_train_shows_progress_where_a_person_watches(tmp_path, monkeypatch, capsys):
+    """Quiet when nobody watches (standard output a pipe), progress lines in a notebook (an IPython kernel), and
+    the run under ``out`` as ``icl train`` names it."""
+    small = {"train.steps": 4, "train.log_every": 2, "train.eval_every": 4, "encoder.widths": [8],
+             "dgp.mixing.cond_draws": 50, "eval.n_fit": 64, "eval.n_test": 64, "eval.final_n_fit": 64,
+             "eval.final_n_test": 64, "eval.nonlinear": False, "wandb.mode": "disabled"}
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    quiet = icl.train(small, out=tmp_path / "runs")
+    assert "step" not in capsys.readouterr().out and quiet.run_dir.parent == tmp_path / "runs"
+    assert quiet.run_dir.name.endswith("-s0")
+    monkeypatch.setitem(sys.modules, "ipykernel", sys)
+    icl.train(small, out=tmp_path / "runs")
+    assert re.search(r"^step 2/4  loss \d", capsys.readouterr().out, flags=re.M)
+    assert len([p for p in (tmp_path / "runs").iterdir() if p.is_dir()]) == 2
 
 
 def test_a_saved_process_round_trips_and_a_crafted_file_is_refused(tmp_path):
@@ -97,7 +125,7 @@ def test_a_saved_process_round_trips_and_a_crafted_file_is_refused(tmp_path):
      r"^loss.tau=0.2 is invalid: given twice in the config \(also =0.1\): give it once, nested or dotted$"),
 ])
 def test_arguments_of_the_wrong_type_are_a_value_error_naming_the_argument(call, message, tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=message):
         call()
     assert list(tmp_path.iterdir()) == []

@@ -26,6 +26,8 @@ EXPERIMENTS_BEGIN = ("<!-- experiments: generated from experiments/*/experiment.
 EXPERIMENTS_END = "<!-- end experiments -->"
 PREDICTIONS_BEGIN = "<!-- predictions: generated from the losses' declarations; tests/test_docs.py keeps it current -->"
 PREDICTIONS_END = "<!-- end predictions -->"
+CONTRACTS_BEGIN = "<!-- contracts: generated from the base classes' contracts; tests/test_docs.py keeps it current -->"
+CONTRACTS_END = "<!-- end contracts -->"
 FENCED = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.S | re.M)
 
 
@@ -192,6 +194,26 @@ def generated_predictions() -> str:
     return "\n".join(rows)
 
 
+def generated_contracts() -> str:
+    """The contracts table of docs/plugins.md: per kind, its base class and every attribute the project reads."""
+    from dgp import base
+    from identifiable_cl.encoders import ENCODER_CONTRACT
+
+    contracts = [base.SPACE_CONTRACT, base.MARGINAL_CONTRACT, base.CONDITIONAL_CONTRACT, base.NEGATIVES_CONTRACT,
+                 base.MIXING_CONTRACT, base.VIEWS_CONTRACT, ENCODER_CONTRACT]
+    rows = ["| kind | derives from | attribute | what it is | default |", "|---|---|---|---|---|"]
+    for contract in contracts:
+        where = f"`{contract.base.__module__}.{contract.base.__qualname__}`"
+        for attribute, what in contract.rows():
+            held = getattr(contract.base, attribute, None)
+            default = ("must define" if attribute in contract.required else "set by the constructor"
+                       if not hasattr(contract.base, attribute) else "the base's method" if callable(held)
+                       else f"`{held!r}`")
+            rows.append(f"| {contract.kind} | {where} | `{attribute}` | {what} | {default} |")
+            where = ""
+    return "\n".join(rows).replace("|s|", "\\|s\\|")
+
+
 def marked(text: str, begin: str, end: str) -> str:
     assert text.count(begin) == 1 and text.count(end) == 1, f"the markers {begin[:30]}... of a docs page"
     return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
@@ -208,6 +230,12 @@ def test_the_predictions_table_is_current():
     assert documented == generated_predictions(), (
         "docs/losses-and-measures.md's predictions differ from the losses' declarations; rewrite them with "
         "`python tests/test_docs.py`")
+
+
+def test_the_contracts_table_is_current():
+    documented = marked((DOCS / "plugins.md").read_text(), CONTRACTS_BEGIN, CONTRACTS_END)
+    assert documented == generated_contracts(), (
+        "docs/plugins.md's contracts differ from the base classes'; rewrite them with `python tests/test_docs.py`")
 
 
 def test_every_python_block_is_run_by_a_test():
@@ -230,13 +258,9 @@ if __name__ == "__main__":
     sys.path[0] = str(ROOT)  # run as a script, tests/ would come first, and its dgp/ shadow the package
     CONFIGURATION.write_text(with_keys(CONFIGURATION.read_text(), generated_keys()))
     print(f"rewrote the key table of {CONFIGURATION.relative_to(ROOT)}")
-    page = DOCS / "experiments.md"
-    before, rest = page.read_text().split(EXPERIMENTS_BEGIN, 1)
-    page.write_text(f"{before}{EXPERIMENTS_BEGIN}\n{generated_experiments()}\n{EXPERIMENTS_END}"
-                    f"{rest.split(EXPERIMENTS_END, 1)[1]}")
-    print(f"rewrote the experiments index of {page.relative_to(ROOT)}")
-    page = DOCS / "losses-and-measures.md"
-    before, rest = page.read_text().split(PREDICTIONS_BEGIN, 1)
-    page.write_text(f"{before}{PREDICTIONS_BEGIN}\n{generated_predictions()}\n{PREDICTIONS_END}"
-                    f"{rest.split(PREDICTIONS_END, 1)[1]}")
-    print(f"rewrote the predictions table of {page.relative_to(ROOT)}")
+    for page, begin, end, generate in (("experiments.md", EXPERIMENTS_BEGIN, EXPERIMENTS_END, generated_experiments),
+                                       ("losses-and-measures.md", PREDICTIONS_BEGIN, PREDICTIONS_END, generated_predictions),
+                                       ("plugins.md", CONTRACTS_BEGIN, CONTRACTS_END, generated_contracts)):
+        before, rest = (DOCS / page).read_text().split(begin, 1)
+        (DOCS / page).write_text(f"{before}{begin}\n{generate()}\n{end}{rest.split(end, 1)[1]}")
+        print(f"rewrote the generated table of docs/{page}")

@@ -421,10 +421,10 @@ def test_a_folder_given_as_the_config_file_is_named_as_a_folder(tmp_path):
 
 
 def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch):
-    from identifiable_cl.cli.train import new_run_dirs
-    from identifiable_cl.cli import train as cli_train
+    from identifiable_cl import rundir
+    from identifiable_cl.rundir import new_run_dirs
 
-    monkeypatch.setattr(cli_train.time, "strftime", lambda fmt: "20261205-120000")
+    monkeypatch.setattr(rundir.time, "strftime", lambda fmt: "20261205-120000")
     config = {"loss": {"name": "infonce"}, "dgp": {"conditional": {"name": "laplace"}}, "seed": 0}
     with new_run_dirs(tmp_path / "out", [config]) as (first,), new_run_dirs(tmp_path / "out", [config, config]) as more:
         assert [first.name, *(p.name for p in more)] == [

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from identifiable_cl.components import build, check_aux, load_config
+from identifiable_cl.components import build, load_config
+from identifiable_cl.rules import check_aux
 from identifiable_cl.losses import LOSSES
 from identifiable_cl.solvers.packed import StackedPack
 from tests.tiny import TINY, tiny_config

@@ -162,26 +162,26 @@ def test_train_figures_false_draws_none(tmp_path, tiny):
 
 
 def test_threads_follow_the_cpus_a_run_was_given(tmp_path, monkeypatch, capsys):
-    from identifiable_cl import components
+    from identifiable_cl import components, devices
 
-    monkeypatch.setattr(components.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
-    monkeypatch.setattr(components, "CGROUP_CPU_MAX", tmp_path / "none")
-    assert components.available_cpus({}) == 6
-    assert components.available_cpus({"SLURM_CPUS_PER_TASK": "2"}) == 2
-    assert components.available_cpus({"SLURM_CPUS_PER_TASK": "64"}) == 6
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    monkeypatch.setattr(devices, "CGROUP_CPU_MAX", tmp_path / "none")
+    assert devices.available_cpus({}) == 6
+    assert devices.available_cpus({"SLURM_CPUS_PER_TASK": "2"}) == 2
+    assert devices.available_cpus({"SLURM_CPUS_PER_TASK": "64"}) == 6
     (tmp_path / "cpu.max").write_text("250000 100000\n")
-    monkeypatch.setattr(components, "CGROUP_CPU_MAX", tmp_path / "cpu.max")
-    assert components.available_cpus({}) == 3
+    monkeypatch.setattr(devices, "CGROUP_CPU_MAX", tmp_path / "cpu.max")
+    assert devices.available_cpus({}) == 3
     (tmp_path / "cpu.max").write_text("max 100000\n")
-    assert components.available_cpus({}) == 6
+    assert devices.available_cpus({}) == 6
     before = torch.get_num_threads()
     try:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
-        components.use_threads()
+        devices.use_threads()
         assert torch.get_num_threads() == 1
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
-        components.use_threads()  # the user's choice stands
+        devices.use_threads()  # the user's choice stands
         assert torch.get_num_threads() == 1
         monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
         components.build(load_config(None, {"train.threads": 2}))  # a run's own key wins

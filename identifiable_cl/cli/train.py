@@ -3,51 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import errno
-import itertools
-import os
 import re
 import signal
 import threading
-import time
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from identifiable_cl import arguments
 from identifiable_cl.cli import VERBS
 from identifiable_cl.config import key_listing, parse_overrides
-
-@contextmanager
-def new_run_dirs(out: Path, configs: Sequence[Mapping[str, Any]]) -> Iterator[list[Path]]:
-    """A new folder under ``out`` for each config, named for the run (time, loss, conditional, seed) and created
-    here, so that runs started in the same second, in this process or another, never share one (a later one
-    gets the suffix -1, -2 ...). Folders still empty when the block fails are removed again, with ``out`` if it
-    was made for them."""
-    made_out = not out.exists()
-    if not made_out and not out.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(out))
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    paths = []
-    try:
-        for config in configs:
-            name = f"{stamp}-{config['loss']['name']}-{config['dgp']['conditional']['name']}-s{config['seed']}"
-            for i in itertools.count():
-                path = out / (name if i == 0 else f"{name}-{i}")
-                try:
-                    path.mkdir()
-                except FileExistsError:
-                    continue
-                paths.append(path)
-                break
-        yield paths
-    except BaseException:
-        for path in [*paths, *([out] if made_out else [])]:
-            with suppress(OSError):
-                path.rmdir()  # only an empty folder: what a run wrote stays
-        raise
-
 
 MAX_PACK = 1024
 """The most runs one ``--pack-seeds`` process trains."""
@@ -101,6 +66,7 @@ def cmd_train_packed(args: argparse.Namespace, overrides: Mapping[str, Any]) -> 
     if args.resume or args.run_dir:
         raise ValueError("--pack-seeds starts new runs under --out; it takes neither --resume nor --run-dir")
     from identifiable_cl.components import load_config
+    from identifiable_cl.rundir import new_run_dirs
 
     configs = [load_config(args.config, {**overrides, "seed": seed}) for seed in parse_seeds(args.pack_seeds)]
     with new_run_dirs(Path(args.out), configs) as run_dirs:
@@ -191,7 +157,9 @@ def finished(spec: Any) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from identifiable_cl.cli.tables import results_table
-    from identifiable_cl.components import resolve, use_threads
+    from identifiable_cl.components import resolve
+    from identifiable_cl.devices import use_threads
+    from identifiable_cl.rundir import new_run_dirs
     from identifiable_cl.training import Interrupted, Trainer
 
     use_threads()

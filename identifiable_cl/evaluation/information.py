@@ -93,7 +93,7 @@ def truth(process: Any, k: int | None, generator: torch.Generator) -> dict[str, 
         return out
     out["log_k"] = math.log(k)
     out["mi_true_critic_bound"] = out["mi_loo_upper"] = None
-    log_density = getattr(process.conditional, "log_density", None)
+    log_density = process.conditional.log_density
     if log_density is None:
         return out
     try:

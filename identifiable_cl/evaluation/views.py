@@ -64,7 +64,7 @@ class ViewSample:
     """
 
     def __init__(self, process: Any, view: int, permuted: bool = False):
-        changed = getattr(process.conditional, "changed_blocks", list)
+        changed = process.conditional.changed_blocks
         if permuted and "content" not in process.blocks:
             raise ValueError("the permuted-content control needs a block named 'content'")
         self.process, self.view, self.permuted = process, view, permuted
@@ -128,7 +128,7 @@ def evaluate_views(
             plain = {**options, "rotation_reference": False, "enabled": None}
             scored = evaluate(encode, ViewSample(process, v, permuted=True), generator, **plain)
             out.update({f"{prefix}permuted_{k}": value for k, value in scored.items() if _block_r2(k, value)})
-    if getattr(process.views, "contrasted", None) is not None:
+    if process.views.contrasted is not None:
         names = ("n_fit", "n_test", "nonlinear", "in_sample", "n_centres", "batch_size")
         shared = shared_block_metrics(encoders, process, generator, gumbel_draws=gumbel_draws,
                                       **{k: options[k] for k in names if k in options})

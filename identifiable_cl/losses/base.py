@@ -498,7 +498,7 @@ class ContrastiveLoss(nn.Module):
     """The loss reads each anchor's auxiliary variable: the step calls ``forward(h, h_pos, h_neg, u=batch.u)``
     with the ``(B,)`` int64 segment labels of ``dgp.Batch.u`` (:func:`identifiable_cl.solvers.base.loss_arguments`),
     and a run whose process draws none, another number of segments than the loss's ``segments``, or positives
-    outside the anchor's segment, is refused when it is checked (:func:`identifiable_cl.components.check_aux`)."""
+    outside the anchor's segment, is refused when it is checked (:func:`identifiable_cl.rules.check_aux`)."""
 
     batches_over_runs: bool = False
     """The loss can be evaluated under ``torch.func.vmap`` over a run axis: a pack's runs whose losses are configured

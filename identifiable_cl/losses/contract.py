@@ -5,7 +5,9 @@ scalar (``h``, ``h_pos`` (B, d); ``h_neg`` None, (M, d) or (B, K, d)). Beside ``
 attributes of :data:`DECLARED`, each optional with the default given there, and reads them through :func:`traits`,
 which checks them when the loss is built (:func:`identifiable_cl.components.models`): a loss that declares
 something it cannot be is refused then, in one line naming the loss and the attribute, never later with an
-``AttributeError`` from inside a step. :class:`identifiable_cl.losses.base.ContrastiveLoss` declares every default.
+``AttributeError`` from inside a step. :class:`identifiable_cl.losses.base.ContrastiveLoss` declares every default. Two of a loss's options are filled by
+name from the process it meets where a config leaves them out (:func:`identifiable_cl.rules.with_cross_defaults`):
+``negatives`` (``independent`` where the process draws separate negatives) and ``segments`` (the marginal's).
 """
 
 from __future__ import annotations

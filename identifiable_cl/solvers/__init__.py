@@ -32,10 +32,10 @@ __all__ = ["CapturedSolver", "QueueSolver", "Solver", "SubsetSolver", "ViewSolve
 def solver_class(config: Mapping[str, Any], process: dgp.Process, loss: nn.Module) -> type[Solver]:
     """The step a run takes: with views :class:`ViewSolver` (:class:`SubsetSolver` when they contrast subsets,
     ``dgp.views.contrast``), with MoCo's queue :class:`QueueSolver` (the two are never combined:
-    :func:`identifiable_cl.components.check_views`), else :class:`CapturedSolver` under ``train.capture: graph``
+    :func:`identifiable_cl.rules.check_views`), else :class:`CapturedSolver` under ``train.capture: graph``
     and :class:`Solver` otherwise."""
     if process.view_count > 1:
-        return ViewSolver if getattr(process.views, "contrasted", None) is None else SubsetSolver
+        return ViewSolver if process.views.contrasted is None else SubsetSolver
     if traits(loss).queue:
         return QueueSolver
     return CapturedSolver if config["train"]["capture"] == "graph" else Solver

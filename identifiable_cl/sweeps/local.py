@@ -58,7 +58,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import yaml
 
 from dgp.files import load_tensors
-from identifiable_cl.components import available_cpus
+from identifiable_cl.devices import available_cpus
 from identifiable_cl.yamlfiles import load_yaml
 from identifiable_cl import rundir
 from identifiable_cl.rundir import CHECKPOINT, IDENTITY_CACHE, SUMMARY, lock, read_json, read_metrics, write_json
@@ -196,7 +196,7 @@ def run_environment(
     """The environment a W&B agent would give this run (without a sweep id), logging offline into its folder.
 
     With several workers and no ``OMP_NUM_THREADS`` of the user's, each run gets
-    ``cpus // workers`` threads (:func:`identifiable_cl.components.available_cpus`): parallel runs
+    ``cpus // workers`` threads (:func:`identifiable_cl.devices.available_cpus`): parallel runs
     that each spin up every core's worth of threads slow each other down many times over.
 
     The W&B run is named by the parameters that vary across the sweep and the seed,

@@ -181,7 +181,7 @@ def test_parallel_workers_share_the_cores(tmp_path, monkeypatch):
     run = plan_runs(spec, tmp_path / "out")[0]
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)  # all 8 given
-    monkeypatch.setattr("identifiable_cl.components.CGROUP_CPU_MAX", tmp_path / "no-quota")
+    monkeypatch.setattr("identifiable_cl.devices.CGROUP_CPU_MAX", tmp_path / "no-quota")
     assert run_environment(spec, run, None, {}, workers=4)["OMP_NUM_THREADS"] == "2"
     assert run_environment(spec, run, None, {}, workers=16)["OMP_NUM_THREADS"] == "1"
     assert "OMP_NUM_THREADS" not in run_environment(spec, run, None, {}, workers=1)

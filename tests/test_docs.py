@@ -80,6 +80,15 @@ def test_every_relative_link_resolves():
     assert not broken, "\n".join(broken)
 
 
+def test_the_code_map_names_every_module():
+    """docs/code-map.md lists every module and package of dgp/ and identifiable_cl/ (the top level of each)."""
+    listed = (DOCS / "code-map.md").read_text()
+    missing = [str(path.relative_to(ROOT)) for package in ("dgp", "identifiable_cl") for path in (ROOT / package).iterdir()
+               if (path.suffix == ".py" and path.name != "__init__.py" and f" {path.name} " not in listed)
+               or ((path / "__init__.py").is_file() and f" {path.name}/ " not in listed)]
+    assert missing == [], "add them to docs/code-map.md"
+
+
 def test_every_docs_page_is_listed():
     listed = {Path(t.partition("#")[0]).name for t in links(DOCS / "index.md")}
     from_readme = {Path(t.partition("#")[0]).name for t in links(README) if t.startswith("docs/")}

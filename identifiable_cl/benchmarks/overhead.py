@@ -8,14 +8,19 @@ evaluations, the final one included), ``figures``, ``wandb`` (W&B's start and fi
 ``rest`` (what the run does besides: files, checks, the summary table), with ``total`` the sum, and
 ``first_step`` (from this process's start to the end of the first training step: what a person waits for before
 a run trains). Each part is timed around the one function of :mod:`identifiable_cl.training` that does it. The
-interpreter's own start is not included: ``icl bench --only overhead`` adds it from the wall time of the whole process.
+interpreter's own start is not included; ``started_at``, the epoch second at which this module began, lets the
+process that spawned it add the start (``icl bench --only overhead``).
 """
 
 from __future__ import annotations
 
-import json
-import sys
 import time
+
+STARTED_AT = time.time()
+"""When this process reached its first line of Python (the epoch second), for the spawner's start latency."""
+
+import json  # noqa: E402
+import sys  # noqa: E402
 from collections import defaultdict
 from typing import Any, Callable
 
@@ -70,7 +75,8 @@ def main(argv: list[str]) -> int:
     total = time.perf_counter() - started
     parts["rest"] = total - sum(parts[p] for p in PARTS if p != "rest")
     print(json.dumps({**{p: round(parts[p], 4) for p in PARTS}, "total": round(total, 4),
-                      "first_step": round(parts.get("first_step", total), 4), "exit_code": code}))
+                      "first_step": round(parts.get("first_step", total), 4), "started_at": STARTED_AT,
+                      "exit_code": code}))
     return code
 
 

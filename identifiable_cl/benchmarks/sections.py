@@ -505,14 +505,18 @@ disabled and with W&B offline (figures on, the published evaluation sizes)."""
 
 def one_step_parts(run_dir: Path, env: dict[str, str], *options: str) -> dict[str, float]:
     """A 1-step default run (with ``options``) in a fresh process, timed part by part
-    (:mod:`identifiable_cl.benchmarks.overhead`): each part's seconds, ``interpreter`` (the interpreter's own
-    start and exit, torch's teardown included: the process's wall time less what it timed inside) and ``wall``."""
+    (:mod:`identifiable_cl.benchmarks.overhead`): each part's seconds, ``start`` (from the spawn to its first line
+    of Python), ``interpreter`` (the interpreter's start and exit, torch's teardown included: the process's wall
+    time less what it timed inside) and ``wall``."""
     import json
 
     argv = [sys.executable, "-m", "identifiable_cl.benchmarks.overhead", str(run_dir), "--train.steps=1", *options]
+    spawned = time.time()
     wall, stdout = _run(argv, env)
     parts = json.loads(stdout.strip().splitlines()[-1])
-    return {**{k: v for k, v in parts.items() if k != "exit_code"}, "interpreter": wall - parts["total"], "wall": wall}
+    start = max(0.0, parts.pop("started_at") - spawned)
+    return {**{k: v for k, v in parts.items() if k != "exit_code"}, "start": start,
+            "interpreter": wall - parts["total"], "wall": wall}
 
 
 def _parts_line(parts: dict[str, float]) -> str:
@@ -568,7 +572,7 @@ def bench_overhead(steps: int = 3000, device: torch.device | None = None,
         out["parts_offline"] = one_step_parts(Path(tmp) / "offline", {**alone, "WANDB_MODE": "offline"},
                                               f"--device={device}")
         out["one_step_s"], out["one_step_offline_s"] = out["parts"]["wall"], out["parts_offline"]["wall"]
-        out["first_step_s"] = out["parts"]["first_step"] + out["parts"]["interpreter"]
+        out["first_step_s"] = out["parts"]["first_step"] + out["parts"]["start"]
         train("first", "--train.steps=1", "--train.figures=false")  # fills the shared identity baseline
         out["one_step_shared_s"] = train("later", "--train.steps=1", "--train.figures=false")
         out["run_s"] = train("run", f"--train.steps={steps}")

@@ -48,7 +48,12 @@ def family(dgp: Mapping[str, Any]) -> str:
 @dataclass(frozen=True)
 class Prediction:
     """What theory predicts for a loss on processes of ``family`` (where the loss's options and the process's
-    config match ``loss`` and ``process``: dotted key -> the values that apply)."""
+    config match ``loss`` and ``process``: dotted key -> the values that apply).
+
+    ``setting``: the run settings the theorem ties together or its thresholds were measured at (full dotted config
+    keys -> values; Zimmermann et al.'s vMF theorem needs a critic matched to the positives, τ = 1/κ). The atlas
+    trains the prediction's cell with them; a run outside them that misses the threshold is ``outside its
+    setting``, not a contradiction of the theorem."""
 
     family: str
     up_to: str
@@ -58,6 +63,7 @@ class Prediction:
     recovers: bool = True
     loss: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     process: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    setting: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -72,10 +78,17 @@ class Prediction:
                 and all(dotted(dgp, key) in values for key, values in self.process.items()))
 
     def describe(self) -> str:
-        """One line: what is predicted, from where, and what counts."""
+        """One line: what is predicted, from where, and what counts (in which setting)."""
         bound = "≥" if self.recovers else "≤"
         what = f"identified up to {self.up_to}" if self.recovers else f"not recovered: {self.up_to}"
-        return f"{what} ({self.source}); {self.metric} {bound} {self.thresholds[SCALE]:g} at {SCALE} scale"
+        where = f" with {', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}' for k, v in self.setting.items())}" if self.setting else ""
+        return f"{what} ({self.source}); {self.metric} {bound} {self.thresholds[SCALE]:g} at {SCALE} scale{where}"
+
+    def outside(self, config: Mapping[str, Any]) -> list[str]:
+        """The keys of :attr:`setting` on which the run config ``config`` differs, each as ``key=value (its
+        setting: value)``."""
+        return [f"{key}={dotted(config, key)!r} (its setting: {value!r})" for key, value in self.setting.items()
+                if dotted(config, key) != value]
 
 
 def prediction_for(predictions: tuple[Prediction, ...], loss: Any, dgp: Mapping[str, Any]) -> Prediction | None:
@@ -83,17 +96,24 @@ def prediction_for(predictions: tuple[Prediction, ...], loss: Any, dgp: Mapping[
     return next((p for p in predictions if p.applies(loss, dgp)), None)
 
 
-def verdict(prediction: Prediction | None, summary: Mapping[str, Any], switch: str | None = None) -> dict[str, Any]:
+def verdict(prediction: Prediction | None, summary: Mapping[str, Any], switch: str | None = None,
+            config: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The summary's keys for a run's prediction: ``prediction`` (:meth:`Prediction.describe`, or ``no theorem``),
     and with one ``prediction_metric``, ``prediction_threshold`` and ``prediction_verdict`` (agrees, contradicts,
     or not measured when the run's summary lacks the metric: then naming ``switch``, the ``eval.*`` key that turns
-    the metric on, where it has one)."""
+    the metric on, where it has one). A run whose ``config`` lies outside the prediction's setting
+    (:meth:`Prediction.outside`) and misses its threshold is ``outside its setting``, the keys named in
+    ``prediction_outside``."""
     if prediction is None:
         return {"prediction": "no theorem", "prediction_verdict": "no theorem"}
     value, threshold = summary.get(prediction.metric), prediction.thresholds[SCALE]
+    outside = prediction.outside(config) if config is not None else []
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         said = "not measured" + (f" (turn on {switch})" if switch else "")
+    elif (value >= threshold) == prediction.recovers:
+        said = "agrees"
     else:
-        said = "agrees" if (value >= threshold) == prediction.recovers else "contradicts"
+        said = "outside its setting" if outside else "contradicts"
     return {"prediction": prediction.describe(), "prediction_metric": prediction.metric,
-            "prediction_threshold": threshold, "prediction_verdict": said}
+            "prediction_threshold": threshold, "prediction_verdict": said,
+            **({"prediction_outside": "; ".join(outside)} if outside else {})}

@@ -236,7 +236,7 @@ class Trainer:
         return {**measured, **identity, "steps": c.steps_done, "wall_s": wall,
                 "steps_per_s": c.extra["steps_timed"] / wall if wall > 0 else math.nan, "seed": c.config["seed"],
                 "dgp_fingerprint": c.process.fingerprint(), "version": __version__,
-                **verdict(expected, measured, switch)}
+                **verdict(expected, measured, switch, c.config)}
 
     def _readout(self) -> None:
         """Save true vs linearly read-out test latents (for the recovery scatter plots)."""

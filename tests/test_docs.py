@@ -194,7 +194,8 @@ def generated_predictions() -> str:
     rows = ["| loss | process family | predicted | source | metric | thresholds |", "|---|---|---|---|---|---|"]
     for name in LOSSES.names():
         for p in getattr(LOSSES.get(name), "predictions", ()):
-            options = "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in {**p.loss, **p.process}.items())
+            options = "; ".join([*(f"{k} {', '.join(map(str, v))}" for k, v in {**p.loss, **p.process}.items()),
+                                 *(f"{k}={v}" for k, v in p.setting.items())])
             said = f"identified up to {p.up_to}" if p.recovers else f"not recovered: {p.up_to}"
             bound = "≥" if p.recovers else "≤"
             levels = ", ".join(f"{scale} {value:g}" for scale, value in p.thresholds.items())

@@ -56,6 +56,30 @@ def test_the_verdict_reads_the_metric_against_the_threshold_either_way():
         "identified up to signs (a paper); mcc_pearson ≥ 0.8 at smoke scale")
 
 
+def test_a_run_outside_the_setting_that_misses_is_outside_it_not_a_contradiction():
+    matched = Prediction("sphere_vmf", "an orthogonal map", "a theorem", "r2_linear", {"smoke": 0.9},
+                         setting={"loss.tau": 0.1, "dgp.conditional.kappa": 10.0})
+    inside = {"loss": {"tau": 0.1}, "dgp": {"conditional": {"kappa": 10.0}}}
+    outside = {"loss": {"tau": 0.1}, "dgp": {"conditional": {"kappa": 1.0}}}
+    assert verdict(matched, {"r2_linear": 0.6}, config=inside)["prediction_verdict"] == "contradicts"
+    missed = verdict(matched, {"r2_linear": 0.6}, config=outside)
+    assert (missed["prediction_verdict"], missed["prediction_outside"]) == (
+        "outside its setting", "dgp.conditional.kappa=1.0 (its setting: 10.0)")
+    assert verdict(matched, {"r2_linear": 0.95}, config=outside)["prediction_verdict"] == "agrees"
+    assert matched.describe().endswith("at smoke scale with loss.tau=0.1, dgp.conditional.kappa=10")
+
+
+def test_the_atlas_trains_a_cell_in_its_prediction_s_setting():
+    from identifiable_cl.losses.infonce import InfoNCE
+    from identifiable_cl.reproduce.atlas import cell_overrides
+
+    (vmf,) = [p for p in InfoNCE.predictions if p.family == "sphere_vmf"]
+    overrides = cell_overrides("infonce", "sphere_vmf", PROCESSES["sphere_vmf"], vmf)
+    assert (overrides["loss.tau"], overrides["dgp.conditional.kappa"]) == (0.1, 10.0)
+    config = load_config(None, {**TINY, **overrides})
+    assert vmf.outside(config) == []
+
+
 def test_a_prediction_applies_where_its_loss_options_and_process_match():
     loss = LOSSES.build({"name": "infonce", "similarity": "l1"}, key="loss", dim=10)
     declared = traits(loss).predictions

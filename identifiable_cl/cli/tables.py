@@ -59,7 +59,8 @@ def results_table(summary: Mapping[str, Any]) -> str:
         metric = summary.get("prediction_metric")
         measured = f"{summary[metric]:.3f}" if metric is not None and _number(summary.get(metric)) else "not measured"
         lines.append(f"theory: {summary['prediction']}" + (f"; this run: {metric} {measured}, "
-                                                              f"{summary['prediction_verdict']}" if metric else ""))
+                                                              f"{summary['prediction_verdict']}" if metric else "")
+                     + (f" ({summary['prediction_outside']})" if summary.get("prediction_outside") else ""))
     if "steps" in summary:
         lines.append(f"{summary['steps']} steps in {summary['wall_s']:.1f} s ({summary['steps_per_s']:.1f} steps/s)")
     return "\n".join(lines)

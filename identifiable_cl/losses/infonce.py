@@ -63,7 +63,8 @@ class InfoNCE(InfoNCEBound, ContrastiveLoss):
     batches_over_runs = True
     predictions = (
         Prediction("sphere_vmf", "an orthogonal map", "Zimmermann et al. 2021, Theorem 2, for vMF positives and a "
-                   "cosine critic", "r2_linear", {"paper": 0.98, "smoke": 0.9}, loss={"similarity": ("cosine", "dot")}),
+                   "cosine critic matched to them, τ = 1/κ", "r2_linear", {"paper": 0.98, "smoke": 0.9}, loss={"similarity": ("cosine", "dot")},
+                   setting={"loss.tau": 0.1, "dgp.conditional.kappa": 10.0}),
         Prediction("box_lp", "a permutation and signs", "Zimmermann et al. 2021, Theorem 5, for a critic whose p is "
                    "the positives'", "mcc_pearson", {"paper": 0.95, "smoke": 0.85}, loss={"similarity": ("l1",)},
                    process={"conditional.name": ("laplace",)}),
@@ -74,7 +75,8 @@ class InfoNCE(InfoNCEBound, ContrastiveLoss):
                    "4.4", "r2_nonlinear_content", {"paper": 0.95, "smoke": 0.9}),
         Prediction("sphere_anisotropic", "an isotropic critic loses the strongly changing (low-Λ) latents",
                    "Rusak et al. 2024", "r2_linear_lambda_5", {"paper": 0.5, "smoke": 0.5}, recovers=False,
-                   loss={"similarity": ("cosine", "dot")}, process={"conditional.lambdas": ("bimodal",)}),
+                   loss={"similarity": ("cosine", "dot")}, process={"conditional.lambdas": ("bimodal",)},
+                   setting={"loss.tau": 1.0}),
     )
     """What theory predicts for this loss (:mod:`identifiable_cl.predictions`; thresholds as the experiments
     zimmermann2021, vonkugelgen2021 and rusak2024 state them)."""

@@ -5,7 +5,8 @@ An experiment whose ``experiment.yaml`` has ``cells`` (family -> the overrides o
 :data:`identifiable_cl.predictions.FAMILIES`) gets its runs, claims, table metrics and matrix figure from the
 registries here (:func:`expand`), not from a list written by hand: a loss plugin that declares a prediction
 appears in it as installed. A cell is the loss on the family's process, with the options its prediction there
-names (its critic, the process's conditional) and the ``eval.*`` key that turns its metric on; a (loss, process)
+names (its critic, the process's conditional), the setting it was stated for and the ``eval.*`` key that turns its
+metric on; a (loss, process)
 pair the config check refuses is no cell. Labels are ``<loss>__<family>``.
 """
 
@@ -37,7 +38,8 @@ def _prediction(cls: Any, family: str) -> Prediction | None:
 
 
 def cell_overrides(loss: str, family: str, process: Mapping[str, Any], prediction: Prediction | None) -> dict[str, Any]:
-    """The overrides of one cell: the family's process, the loss, and its prediction's options and metric switch."""
+    """The overrides of one cell: the family's process, the loss, and its prediction's options, setting and metric
+    switch."""
     from identifiable_cl.evaluation.catalog import metric_switch
 
     overrides = {**process, "loss.name": loss}
@@ -46,6 +48,7 @@ def cell_overrides(loss: str, family: str, process: Mapping[str, Any], predictio
         overrides.update({f"dgp.{key}": values[0] for key, values in prediction.process.items()})
         if "dgp.marginal.innovation" in overrides:  # an AR(1) process's two laws are one
             overrides["dgp.conditional.innovation"] = overrides["dgp.marginal.innovation"]
+        overrides.update(prediction.setting)
         switch = metric_switch(prediction.metric)
         if switch is not None:
             overrides[switch] = True

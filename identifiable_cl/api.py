@@ -70,6 +70,9 @@ def train(
     else:
         from identifiable_cl.rundir import new_run_dirs
 
+        if not isinstance(out, (str, Path)) or Path(out).exists() and not Path(out).is_dir():
+            raise ValueError(f"out={str(out)!r} is invalid: give the folder new runs are made in (a new or existing "
+                             "folder)")
         with new_run_dirs(Path(out).absolute(), [spec]) as (folder,):
             trainer = Trainer.from_spec(spec, folder, progress=shown)
     return TrainedRun(trainer.run_dir, trainer.run(), trainer.c)

@@ -150,6 +150,8 @@ def test_api_calls_that_would_reach_the_allocator_or_the_file_system_raise_one_c
     (tmp_path / "afile").write_text("mine\n")
     with pytest.raises(ValueError, match="run directory '.*afile' is a file: give a new or empty folder"):
         icl.train({"train.steps": 1}, run_dir=tmp_path / "afile")
+    with pytest.raises(ValueError, match="^out='.*afile' is invalid: give the folder new runs are made in"):
+        icl.train({"train.steps": 1}, out=tmp_path / "afile")
     assert (tmp_path / "afile").read_text() == "mine\n"
     with pytest.raises(ValueError, match="is not a run directory"):
         icl.load_run(tmp_path / "afile")

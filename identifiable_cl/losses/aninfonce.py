@@ -56,7 +56,7 @@ class AnInfoNCE(InfoNCEBound, ContrastiveLoss):
     predictions = (
         Prediction("sphere_anisotropic", "a block-orthogonal map, dimensions of equal Λ mixed", "Rusak et al. 2024",
                    "mcc_block_aware", {"paper": 0.95, "smoke": 0.89}, process={"conditional.lambdas": ("bimodal",)},
-                   setting={"optim.loss_lr": 0.02}),
+                   setting={"optim.loss_lr": 0.02, "loss.negatives": "r24", "dgp.conditional.shell": 0.1}),
         Prediction("sphere_anisotropic", "a permutation and signs, the Λ values distinct", "Rusak et al. 2024",
                    "mcc_pearson", {"paper": 0.95, "smoke": 0.8}, process={"conditional.lambdas": ("linear",)}),
     )

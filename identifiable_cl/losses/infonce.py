@@ -76,7 +76,7 @@ class InfoNCE(InfoNCEBound, ContrastiveLoss):
         Prediction("sphere_anisotropic", "an isotropic critic loses the strongly changing (low-Λ) latents",
                    "Rusak et al. 2024", "r2_linear_lambda_5", {"paper": 0.5, "smoke": 0.5}, recovers=False,
                    loss={"similarity": ("cosine", "dot")}, process={"conditional.lambdas": ("bimodal",)},
-                   setting={"loss.tau": 1.0}),
+                   setting={"loss.tau": 1.0, "loss.negatives": "r24", "dgp.conditional.shell": 0.1}),
     )
     """What theory predicts for this loss (:mod:`identifiable_cl.predictions`; thresholds as the experiments
     zimmermann2021, vonkugelgen2021 and rusak2024 state them)."""

@@ -33,7 +33,6 @@ from functools import lru_cache
 from typing import Callable
 
 import torch
-from scipy import stats
 from torch import Tensor
 
 from dgp.defaults import SAMPLER, SAMPLERS
@@ -80,6 +79,8 @@ def plan(rows: int, acceptance: float) -> tuple[int, tuple[int, ...], int, int]:
     k = ⌊1/a⌋, so that a round misses a row with probability q^k <= e^{-1}/q at any a (q = 1 - a); rounds
     are added while the final block they would leave (C·m proposals) holds more than the k·``rows`` of round 0.
     """
+    from scipy import stats  # here, not at import: a run whose samplers never reject does not wait for it
+
     if not 0.0 < acceptance <= 1.0:
         raise ValueError(f"acceptance={acceptance!r} is invalid: a probability in (0, 1]")
     delta = SHORTFALL_PROBABILITY / (_MAX_ROUNDS + 2)

@@ -24,7 +24,6 @@ from typing import Callable, Mapping
 
 import numpy as np
 import torch
-from scipy import special
 from torch import Tensor
 
 from dgp import checks
@@ -76,6 +75,7 @@ def vmf_log_normaliser(n: int, kappa: float) -> float:
 
     log I_v(κ) = log ive(v, κ) + κ with the exponentially scaled Bessel function ive, which does not overflow.
     """
+    from scipy import special  # here, not at import: a run's start does not need it
     v = 0.5 * n - 1.0
     return float(v * math.log(kappa) - 0.5 * n * math.log(2.0 * math.pi) - math.log(special.ive(v, kappa)) - kappa)
 
@@ -87,6 +87,7 @@ def vmf_information(n: int, kappa: float) -> float:
     |S^{n-1}| = 2π^{n/2}/Γ(n/2), C_n(κ) from :func:`vmf_log_normaliser` and A_n(κ) = E[μᵀz+] =
     I_{n/2}(κ)/I_{n/2-1}(κ) = ive(n/2, κ)/ive(n/2-1, κ).
     """
+    from scipy import special  # here, not at import: a run's start does not need it
     log_area = math.log(2.0) + 0.5 * n * math.log(math.pi) - math.lgamma(0.5 * n)
     mean_cosine = special.ive(0.5 * n, kappa) / special.ive(0.5 * n - 1.0, kappa)
     return float(log_area + vmf_log_normaliser(n, kappa) + kappa * mean_cosine)

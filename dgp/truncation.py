@@ -30,7 +30,6 @@ from functools import lru_cache
 
 import numpy as np
 import torch
-from scipy import special
 from torch import Tensor
 
 from dgp.blocks import SAMPLER, Shortfalls, first_accepted
@@ -394,6 +393,7 @@ def _log_mass(rho: np.ndarray, width: np.ndarray) -> np.ndarray:
 def _mass_between(alpha: float, t1: np.ndarray, t2: np.ndarray) -> np.ndarray:
     """∫_{t1}^{t2} t^{α-1}e^{-t} dt / Γ(α), from the lower tail left of the mode and the upper one right of it;
     NaN where t2 - t1 is too small to resolve the difference."""
+    from scipy import special  # here, not at import: a run's start does not need it
     lower = special.gammainc(alpha, t2) - special.gammainc(alpha, t1)
     upper = special.gammaincc(alpha, t1) - special.gammaincc(alpha, t2)
     left = t2 <= alpha
@@ -419,6 +419,7 @@ def gennorm_acceptance(p: float) -> float:
 
 def _grid_acceptance(p: float) -> float:
     """The minimum of Z/M over the grid of intervals of :func:`gennorm_acceptance`."""
+    from scipy import special  # here, not at import: a run's start does not need it
     alpha = 1.0 / p
     hi = np.logspace(-4, 3, 300)[:, None]
     lo = -np.linspace(0.0, 1.0, 101)[None, :] * hi

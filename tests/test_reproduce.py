@@ -330,11 +330,6 @@ def test_cli_reports_an_unknown_experiment(capsys):
 
 
 KNOWN_SMOKE_FAILURES = {
-    "atlas": {  # settings the theorems do not allow: experiments/atlas/RESULTS.md
-        'aninfonce on sphere_anisotropic: identified up to a block-orthogonal map, dimensions of equal Λ mixed (Rusak et al. 2024); mcc_block_aware ≥ 0.89 at smoke scale',
-        'infonce on sphere_vmf: identified up to an orthogonal map (Zimmermann et al. 2021, Theorem 2, for vMF positives and a cosine critic); r2_linear ≥ 0.9 at smoke scale',
-        'infonce on sphere_anisotropic: not recovered: an isotropic critic loses the strongly changing (low-Λ) latents (Rusak et al. 2024); r2_linear_lambda_5 ≤ 0.5 at smoke scale',
-    },
     "rusak2024": {
         "AnInfoNCE, linear Λ: distinct Λ values identify the latents up to permutation and sign (high MCC)",
     },

@@ -11,7 +11,6 @@ from functools import lru_cache
 from typing import Any
 
 import torch
-from scipy import integrate, special
 from torch import Tensor
 
 from dgp import checks
@@ -94,6 +93,7 @@ def wood_acceptance(kappa: float, n: int) -> float:
     probability exp(κ(W - x0) + m·log((1+b)/(2(1 - (1-b)Z)))), so the rate is E_Z of that. With Z = sin²θ,
     θ ∈ (0, π/2), the Beta density times dz is 2(sinθ cosθ)^{m-1}/B(m/2, m/2) dθ, smooth at both ends.
     """
+    from scipy import integrate, special  # here, not at import: a run's start does not need them
     m = n - 1
     b = m / (2.0 * kappa + math.sqrt(4.0 * kappa * kappa + m * m))
     x0 = (1.0 - b) / (1.0 + b)

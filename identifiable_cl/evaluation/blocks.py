@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
-from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
 from dgp import checks
@@ -116,6 +115,7 @@ def block_aware_mcc(z: Any, h: Any, groups: Sequence[Sequence[int]]) -> BlockMCC
     which happens when h has fewer dimensions than z) and the representation dimensions given to
     each group.
     """
+    from scipy.optimize import linear_sum_assignment  # here, not at import: a run's start does not need it
     zt, ht = checked_pair(z, h)
     if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
         raise ValueError(f"groups={groups!r} is invalid: expected a list of lists of latent indices")

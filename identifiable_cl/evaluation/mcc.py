@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
 from identifiable_cl.evaluation import _inputs
@@ -73,6 +72,7 @@ def correlation_matrix(z: Any, h: Any, *, method: str = "pearson") -> Tensor:
 
 def match(corr: Tensor) -> list[tuple[int, int]]:
     """Pairs (latent dim, representation dim) maximising Σ|corr| over one-to-one matchings."""
+    from scipy.optimize import linear_sum_assignment  # here, not at import: a run's start does not need it
     rows, cols = linear_sum_assignment(-corr.abs().cpu().numpy())
     return [(int(i), int(j)) for i, j in zip(rows, cols)]
 

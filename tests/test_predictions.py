@@ -121,8 +121,8 @@ PROCESS_OPTIONS = {"conditional.name": "dgp.conditional.name", "conditional.lamb
 @pytest.mark.integration
 @pytest.mark.parametrize("name,index", declared_cases())
 def test_every_declared_prediction_is_measured_by_its_metric_in_a_run_of_its_family(name, index, tmp_path):
-    """Two steps of a tiny run where the prediction applies: its summary names the prediction and holds the metric
-    (no prediction names a metric no run of its family reports)."""
+    """Two steps of a tiny run where the prediction applies, in its setting: its summary names the prediction and
+    holds the metric (no prediction names a metric no run of its family reports)."""
     prediction = LOSSES.get(name).predictions[index]
     overrides = {**TINY, "train.steps": 2, "train.eval_every": 2, "train.checkpoint_every": 2,
                  **PROCESSES[prediction.family], "loss.name": name}
@@ -130,6 +130,7 @@ def test_every_declared_prediction_is_measured_by_its_metric_in_a_run_of_its_fam
     overrides.update({PROCESS_OPTIONS[key]: values[0] for key, values in prediction.process.items()})
     if prediction.family == "ar1":
         overrides["dgp.conditional.innovation"] = overrides["dgp.marginal.innovation"]
+    overrides.update(prediction.setting)  # in its setting, a run that misses contradicts it
     if prediction.family == "content_style":
         overrides["eval.nonlinear"] = True
     if prediction.family == "segments":  # FastICA's MCCs are off unless asked for, as hyvarinen2016/2019 do

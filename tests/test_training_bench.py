@@ -86,7 +86,8 @@ def test_the_overhead_probe_times_each_part_of_a_run(tmp_path, capsys):
 
     assert overhead.main([str(tmp_path / "run"), *tiny_args(**{"train.steps": 2, "train.figures": True})]) == 0
     parts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(parts) == {*overhead.PARTS, "total", "first_step", "exit_code"} and parts["exit_code"] == 0
+    assert set(parts) == {*overhead.PARTS, "total", "first_step", "started_at", "exit_code"} and parts["exit_code"] == 0
+    assert parts["started_at"] == overhead.STARTED_AT  # this process's first line, for a spawner's start latency
     assert all(parts[p] > 0 for p in ("build", "identity", "steps", "evaluation", "figures", "rest"))
     assert sum(parts[p] for p in overhead.PARTS) == pytest.approx(parts["total"], abs=1e-3)
     # the identity baseline is measured after training: the first step comes before it

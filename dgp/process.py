@@ -420,14 +420,14 @@ def check_draws(process: Process, n: int = DRAWS_CHECKED) -> None:
     generator = process.make_generator(0)
     z, u = process.marginal.sample_labelled(n, generator)
     z_pos = process.conditional.sample_labelled(z, u, process.marginal, generator)
-    for key, drawn, what in (("dgp.marginal.name", z, "draws"), ("dgp.conditional.name", z_pos, "positives")):
+    for part, drawn, what in (("marginal", z, "draws"), ("conditional", z_pos, "positives")):
         outside = ~process.space.contains(drawn)
         if bool(outside.any()):
             row = drawn[outside.nonzero()[0, 0]].tolist()
             shown = ", ".join(f"{v:.4g}" for v in row[:4]) + (", ..." if len(row) > 4 else "")
-            checks.fail(key, process.config[key.split(".")[1]]["name"], f"{int(outside.sum())} of {n} of its {what} "
-                        f"lie outside the space, {process.space.describe()} (one is [{shown}]): a "
-                        f"{key.split('.')[1]} must draw points of the space it is given")
+            checks.fail(f"dgp.{part}.name", process.config[part]["name"], f"{int(outside.sum())} of {n} of its {what} "
+                        f"lie outside the space, {process.space.describe()} (one is [{shown}]): a {part} must draw "
+                        "points of the space it is given")
 
 
 SAVED_KEYS = ("config", "seed", "fingerprint", "state")

@@ -79,6 +79,7 @@ def models(config: Mapping[str, Any], process: dgp.Process) -> tuple[nn.Module, 
             encoder = encoders("sphere")
     return encoder, loss
 
+
 AUTO = "auto"
 """``encoder.normalize: auto``: the normalisation the loss needs (see :func:`models`)."""
 

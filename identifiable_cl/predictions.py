@@ -81,7 +81,8 @@ class Prediction:
         """One line: what is predicted, from where, and what counts (in which setting)."""
         bound = "≥" if self.recovers else "≤"
         what = f"identified up to {self.up_to}" if self.recovers else f"not recovered: {self.up_to}"
-        where = f" with {', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}' for k, v in self.setting.items())}" if self.setting else ""
+        values = [f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}" for key, value in self.setting.items()]
+        where = f" with {', '.join(values)}" if values else ""
         return f"{what} ({self.source}); {self.metric} {bound} {self.thresholds[SCALE]:g} at {SCALE} scale{where}"
 
     def outside(self, config: Mapping[str, Any]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -319,6 +320,10 @@ def test_reproduce_runs_end_to_end_at_tiny_scale(tmp_path, monkeypatch):
     sweeps = sorted((out / "sweeps").glob("*/sweep.yaml"))
     assert len(sweeps) == 2 and load_sweep(sweeps[0]).method == "grid"
     lines.clear()
+    other = tmp_path / "bin" / "python"  # the same reproduction started from another interpreter path
+    other.parent.mkdir()
+    other.symlink_to(sys.executable)
+    monkeypatch.setattr(sys, "executable", str(other))
     again = reproduce(folder, "tiny", seeds=1, workers=1, out=out, echo=lines.append)
     assert "2 finished before, 0 to run" in lines[0]
     assert again.results["aninfonce_bimodal"].means() == result.results["aninfonce_bimodal"].means()

@@ -81,7 +81,6 @@ source checkout.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -114,6 +113,11 @@ TINY: dict[str, Any] = {
     "eval.nonlinear": False,
 }
 FIGURE_KINDS = ("curves", "against", "bars", "atlas")
+RUN_COMMAND = ("${env}", "icl", "train", "--quiet", "${args}")
+"""How every sweep of an experiment runs its runs. ``icl`` is spelled as the program, not this interpreter's path,
+so a run's id (a digest of its sweep's command and parameters) is the same from any interpreter, virtual
+environment or machine, and a reproduction resumes wherever it is started; the runner puts this
+interpreter in its place at launch (:func:`identifiable_cl.sweeps.local.this_interpreter`)."""
 POPULATION_TAUS = ("run", "optimal")
 POPULATION_DISTORTIONS = ("stretch", "warp")
 POPULATION_DEFAULTS: dict[str, Any] = {
@@ -418,7 +422,7 @@ class Experiment:
             "project": "identifiable-cl",
             "method": "grid",
             "metric": {"name": "r2_linear", "goal": "maximize"},
-            "command": ["${env}", sys.executable, "-m", "identifiable_cl.cli", "train", "--quiet", "${args}"],
+            "command": list(RUN_COMMAND),
             "parameters": parameters,
         }
 
@@ -449,7 +453,7 @@ class Experiment:
             "method": "bayes",
             "metric": {"name": self.tuning_metric(label), "goal": "maximize"},
             "run_cap": self.tuning.count(scale),
-            "command": ["${env}", sys.executable, "-m", "identifiable_cl.cli", "train", "--quiet", "${args}"],
+            "command": list(RUN_COMMAND),
             "parameters": parameters,
         }
 

@@ -31,6 +31,7 @@ def test_every_loss_has_its_cells_and_every_prediction_its_claim():
             if f"{name}__{prediction.family}" in labels:
                 assert f"{name}__{prediction.family}" in claimed
     assert "tcl__segments" in labels and "tcl__sphere_vmf" not in labels  # a loss reading segments needs them
+    assert "infonce__views" in claimed and "tcl__views" not in labels  # Daunhawer et al.'s multi-view content
 
 
 def test_a_cell_takes_its_predictions_options_and_the_switch_of_its_metric():

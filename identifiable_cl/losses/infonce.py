@@ -73,13 +73,15 @@ class InfoNCE(InfoNCEBound, ContrastiveLoss):
                    process={"conditional.name": ("normal",)}),
         Prediction("content_style", "an invertible map of the content block", "von Kügelgen et al. 2021, Theorem "
                    "4.4", "r2_nonlinear_content", {"paper": 0.95, "smoke": 0.9}),
+        Prediction("views", "an invertible map of the content block the views share", "Daunhawer et al. 2023, "
+                   "Theorem 1", "r2_nonlinear_content", {"paper": 0.95, "smoke": 0.8}),
         Prediction("sphere_anisotropic", "an isotropic critic loses the strongly changing (low-Λ) latents",
                    "Rusak et al. 2024", "r2_linear_lambda_5", {"paper": 0.5, "smoke": 0.5}, recovers=False,
                    loss={"similarity": ("cosine", "dot")}, process={"conditional.lambdas": ("bimodal",)},
                    setting={"loss.tau": 1.0, "loss.negatives": "r24", "dgp.conditional.shell": 0.1}),
     )
     """What theory predicts for this loss (:mod:`identifiable_cl.predictions`; thresholds as the experiments
-    zimmermann2021, vonkugelgen2021 and rusak2024 state them)."""
+    zimmermann2021, vonkugelgen2021, daunhawer2023 and rusak2024 state them)."""
 
     OPTION_DOCS = {
         'similarity': 'cosine (aᵀb / (||a|| ||b||); the encoder should output unit vectors), dot (aᵀb), or l1/l2/l3 (-||a - b||_p^p, p = 1, 2, 3: the Laplace, Gaussian and generalised-normal conditionals of Z21)',

@@ -329,6 +329,12 @@ def test_reproduce_runs_end_to_end_at_tiny_scale(tmp_path, monkeypatch):
     assert again.results["aninfonce_bimodal"].means() == result.results["aninfonce_bimodal"].means()
 
 
+def test_a_folder_named_like_an_experiment_does_not_hide_it(tmp_path, monkeypatch):
+    (tmp_path / "rusak2024").mkdir()  # e.g. the output folder of an earlier reproduction
+    monkeypatch.chdir(tmp_path)
+    assert load_experiment("rusak2024").name == "rusak2024"
+
+
 def test_cli_reports_an_unknown_experiment(capsys):
     assert main(["reproduce", "no_such_paper", "--scale", "tiny"]) == 2
     assert "no_such_paper" in capsys.readouterr().err

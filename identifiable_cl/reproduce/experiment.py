@@ -583,9 +583,10 @@ def experiment_names(root: Path = EXPERIMENTS_DIR) -> list[str]:
 
 
 def load_experiment(name: str | Path, root: Path = EXPERIMENTS_DIR) -> Experiment:
-    """An experiment by name (a folder of ``root``), or by the path of its folder or ``experiment.yaml``."""
+    """An experiment by the path of its folder or ``experiment.yaml``, or by name (a folder of ``root``): a folder
+    without an ``experiment.yaml`` (an output folder named like the experiment) is no experiment."""
     path = Path(name)
-    if path.is_dir():
+    if (path / FILE).is_file():
         path = path / FILE
     elif not path.is_file():
         path = Path(root) / str(name) / FILE

@@ -329,6 +329,22 @@ def test_reproduce_runs_end_to_end_at_tiny_scale(tmp_path, monkeypatch):
     assert again.results["aninfonce_bimodal"].means() == result.results["aninfonce_bimodal"].means()
 
 
+def test_runs_named_with_the_interpreters_path_are_continued_in_their_folders(tmp_path):
+    from identifiable_cl.reproduce.runner import plan
+    from identifiable_cl.sweeps.plan import plan_runs
+    from identifiable_cl.sweeps.spec import parse_sweep
+
+    experiment = load_experiment("rusak2024")
+    (label, spec, run), *_ = plan(experiment, "tiny", 2, tmp_path, write=False)
+    raw = experiment.sweep(label, "tiny", 2)
+    before = {**raw, "command": ["${env}", sys.executable, "-m", "identifiable_cl.cli", "train", "--quiet", "${args}"]}
+    old = plan_runs(parse_sweep(before, spec.name), tmp_path / "sweeps")[0]
+    assert old.run_id != run.run_id and old.params == run.params
+    old.folder.mkdir(parents=True)  # begun by an earlier version
+    again = plan(experiment, "tiny", 2, tmp_path, write=False)
+    assert again[0][2] == old and again[1][2].folder.parent == old.folder.parent and not again[1][2].folder.exists()
+
+
 def test_a_folder_named_like_an_experiment_does_not_hide_it(tmp_path, monkeypatch):
     (tmp_path / "rusak2024").mkdir()  # e.g. the output folder of an earlier reproduction
     monkeypatch.chdir(tmp_path)

@@ -26,6 +26,7 @@ problem with the entry surfaces at once); its numbers go into results.md and, un
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,8 +83,18 @@ def plan(experiment: Experiment, scale: str, seeds: int, out: Path, labels: Sequ
         spec = parse_sweep(raw, f"{experiment.name}/{spec_run.label}")
         if write:
             write_sweep_file(spec, out / SWEEPS)
-        planned += [(spec_run.label, spec, run) for run in plan_runs(spec, out / SWEEPS)]
+        planned += [(spec_run.label, spec, run) for run in placed(raw, spec, out / SWEEPS)]
     return planned
+
+
+def placed(raw: Mapping[str, Any], spec: SweepSpec, sweeps: Path) -> list[PlannedRun]:
+    """The sweep's planned runs, each in the folder an earlier version named it when only that one exists: runs
+    were once named with this interpreter's path in their command, where they now name ``icl``
+    (:data:`identifiable_cl.reproduce.experiment.RUN_COMMAND`), so a reproduction begun then continues."""
+    before = ["${env}", sys.executable, "-m", "identifiable_cl.cli", "train", "--quiet", "${args}"]
+    named_before = parse_sweep({**raw, "command": before}, spec.name)
+    return [old if old.folder.is_dir() and not run.folder.exists() else run
+            for run, old in zip(plan_runs(spec, sweeps), plan_runs(named_before, sweeps))]
 
 
 def run_all(planned: Planned, workers: int, echo: Callable[[str], None], pack: int = 1) -> list[Outcome]:

@@ -7,6 +7,7 @@ import pytest
 from torch import nn
 
 from identifiable_cl.components import build, load_config
+from identifiable_cl.evaluation.catalog import metric_switch
 from identifiable_cl.losses import LOSSES
 from identifiable_cl.losses.contract import traits
 from identifiable_cl.predictions import FAMILIES, Prediction, family, prediction_for, verdict
@@ -24,6 +25,11 @@ PROCESSES = {
                       "dgp.conditional.content_dim": 5, "dgp.negatives.name": "none"},
     "segments": {**EUCLIDEAN, "dgp.marginal.name": "segments", "dgp.conditional.name": "same_segment"},
     "ar1": {**EUCLIDEAN, "dgp.marginal.name": "ar1", "dgp.conditional.name": "ar1"},
+    "views": {"dgp.dim": 8, "dgp.space.name": "euclidean", "dgp.marginal.name": "content_style",
+              "dgp.marginal.content_dim": 2, "dgp.marginal.modality_dim": 2, "dgp.conditional.name": "content_style",
+              "dgp.conditional.content_dim": 2, "dgp.conditional.modality_dim": 2, "dgp.negatives.name": "none",
+              "dgp.views.name": "subsets", "dgp.views.latents": [["content", "style", "m1"], ["content", "style", "m2"]],
+              "dgp.views.shared_mixing": True, "encoder.output_dim": 2},
 }
 """A process of each family, over the tiny preset."""
 
@@ -131,10 +137,9 @@ def test_every_declared_prediction_is_measured_by_its_metric_in_a_run_of_its_fam
     if prediction.family == "ar1":
         overrides["dgp.conditional.innovation"] = overrides["dgp.marginal.innovation"]
     overrides.update(prediction.setting)  # in its setting, a run that misses contradicts it
-    if prediction.family == "content_style":
-        overrides["eval.nonlinear"] = True
-    if prediction.family == "segments":  # FastICA's MCCs are off unless asked for, as hyvarinen2016/2019 do
-        overrides["eval.mcc_ica_abs_pearson"] = True
+    switch = metric_switch(prediction.metric)  # e.g. FastICA's MCCs are off unless asked for, as hyvarinen2016 does
+    if switch is not None:
+        overrides[switch] = True
     summary = Trainer.create(load_config(None, overrides), tmp_path / "run", progress=False).run()
     assert summary["prediction"] == prediction.describe() and summary["prediction_metric"] == prediction.metric
     assert summary["prediction_verdict"] in ("agrees", "contradicts"), summary.get(prediction.metric)
@@ -148,7 +153,5 @@ def test_a_run_says_what_theory_predicts_for_it(tmp_path):
 
 
 def test_a_metric_off_by_default_is_named_by_the_key_that_turns_it_on():
-    from identifiable_cl.evaluation.catalog import metric_switch
-
     assert metric_switch("mcc_ica_abs_pearson") == "eval.mcc_ica_abs_pearson"
     assert metric_switch("r2_linear") is None and metric_switch("r2_nonlinear_content") == "eval.nonlinear"

@@ -26,7 +26,6 @@ problem with the entry surfaces at once); its numbers go into results.md and, un
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from identifiable_cl import rundir
 from identifiable_cl.reproduce import population, report, tuning
 from identifiable_cl.reproduce.claims import Verdict, check, tally
 from identifiable_cl.reproduce.experiment import (
+    RUN_COMMAND,
     SCALES,
     Experiment,
     check_experiment,
@@ -43,7 +43,7 @@ from identifiable_cl.reproduce.experiment import (
 )
 from identifiable_cl.aggregate import sweep_run
 from identifiable_cl.sweeps.local import (Outcome, check_count, check_options, is_finished, pack_groups, run_groups,
-                                          write_sweep_file)
+                                          this_interpreter, write_sweep_file)
 from identifiable_cl.sweeps.plan import PlannedRun, plan_runs
 from identifiable_cl.sweeps.spec import SweepSpec, parse_sweep
 
@@ -90,9 +90,9 @@ def plan(experiment: Experiment, scale: str, seeds: int, out: Path, labels: Sequ
 def placed(raw: Mapping[str, Any], spec: SweepSpec, sweeps: Path) -> list[PlannedRun]:
     """The sweep's planned runs, each in the folder an earlier version named it when only that one exists: runs
     were once named with this interpreter's path in their command, where they now name ``icl``
-    (:data:`identifiable_cl.reproduce.experiment.RUN_COMMAND`), so a reproduction begun then continues."""
-    before = ["${env}", sys.executable, "-m", "identifiable_cl.cli", "train", "--quiet", "${args}"]
-    named_before = parse_sweep({**raw, "command": before}, spec.name)
+    (:data:`identifiable_cl.reproduce.experiment.RUN_COMMAND`, which the runner launches as that command), so a
+    reproduction begun then continues."""
+    named_before = parse_sweep({**raw, "command": this_interpreter(RUN_COMMAND)}, spec.name)
     return [old if old.folder.is_dir() and not run.folder.exists() else run
             for run, old in zip(plan_runs(spec, sweeps), plan_runs(named_before, sweeps))]
 
